@@ -1,0 +1,62 @@
+# The two commands a reader needs (see README.md):
+#   make book   create .venv if missing, export the package, execute every notebook, build the website in _site/
+#   make test   create .venv if missing, run nbdev-test on every notebook and the pytest suite (incl. the browser test)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+NB ?= nbs
+# Number of notebooks executed at once (the CI machine has 2 cores).
+WORKERS ?= 2
+
+.PHONY: book test env export outputs site serve bench browser clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,docs]"
+	$(PY) tools/fetch_mathjax.py
+	@touch $(STAMP)
+
+env: $(STAMP)
+
+export: env
+	$(VENV)/bin/nbdev-export
+
+book: export
+	$(PY) tools/build_site.py --execute --workers $(WORKERS)
+	@echo ""
+	@echo "The book is in _site/. Open _site/index.html in a browser, or serve it with: make serve"
+
+site: export
+	$(PY) tools/build_site.py --workers $(WORKERS)
+
+serve:
+	$(PY) -m http.server --directory _site --bind 127.0.0.1 8000
+
+test: export browser
+	$(VENV)/bin/nbdev-test --n-workers $(WORKERS) --timing
+	$(PY) -m pytest -q
+
+# Developers: re-execute notebooks in place so their saved outputs (plots) are current, then clean and export.
+outputs: env
+	$(PY) tools/execute_nbs.py --inplace --workers $(WORKERS) $(NB)
+	$(VENV)/bin/nbdev-clean
+	$(VENV)/bin/nbdev-export
+
+bench: export
+	for f in bench/bench_*.py; do $(PY) $$f || exit 1; done
+
+# The site test drives a real headless Chromium. Install it where we can (root + apt), otherwise say how.
+browser:
+	@if [ -n "$$CHROMIUM" ] && [ -x "$$CHROMIUM" ]; then exit 0; fi; \
+	for b in /usr/bin/chromium /usr/bin/chromium-browser /usr/bin/google-chrome; do [ -x $$b ] && exit 0; done; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "Installing Chromium for the browser test (apt-get install chromium)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+	  echo "The site test needs Chromium: install it (e.g. 'sudo apt-get install chromium') or set CHROMIUM=/path/to/chrome"; exit 1; \
+	fi
+
+clean:
+	rm -rf _site _build _proc _docs .pytest_cache

@@ -1,0 +1,78 @@
+"""Execute the book's notebooks with nbclient, in place or into an output folder.
+
+Every cell runs, including `#| slow` and `#| exercise` cells (the site shows their outputs), so this is what
+`make book` uses; `nbdev-test` is the faster check that skips those flags.
+
+    python tools/execute_nbs.py --inplace nbs/01_attention.ipynb
+    python tools/execute_nbs.py --out _build/executed nbs
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+
+def notebooks(paths: list[str]) -> list[Path]:
+    "The `.ipynb` files named by `paths` (folders are searched recursively), sorted, checkpoints excluded."
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found += [f for f in p.rglob("*.ipynb") if ".ipynb_checkpoints" not in f.parts]
+        elif p.suffix == ".ipynb" and p.exists():
+            found.append(p)
+        else:
+            raise SystemExit(f"error: {p} is not a notebook or a folder")
+    return sorted(found)
+
+
+def execute(src: Path, dst: Path, timeout: int) -> tuple[str, float, str | None]:
+    "Execute `src` (working directory = its folder) and write the result to `dst`; returns (name, seconds, error)."
+    nb = nbformat.read(src, as_version=4)
+    start = time.perf_counter()
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(src.parent)}})
+    error = None
+    try:
+        client.execute()
+    except Exception as e:  # keep going: report every failing notebook, not only the first
+        error = f"{type(e).__name__}: {str(e)[-2000:]}"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_suffix(".ipynb.tmp")
+    nbformat.write(nb, tmp)
+    os.replace(tmp, dst)  # atomic: a failed write never leaves a half-written notebook
+    return str(src), time.perf_counter() - start, error
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("paths", nargs="+", help="notebooks or folders of notebooks")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--inplace", action="store_true", help="overwrite each notebook with its executed version")
+    where.add_argument("--out", type=Path, help="write executed copies here, keeping paths relative to nbs/")
+    ap.add_argument("--root", type=Path, default=Path("nbs"), help="folder that --out paths are relative to")
+    ap.add_argument("--workers", type=int, default=2, help="notebooks executed at once")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    args = ap.parse_args(argv)
+
+    srcs = notebooks(args.paths)
+    dsts = [s if args.inplace else args.out / s.resolve().relative_to(args.root.resolve()) for s in srcs]
+    failed = []
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        for name, secs, err in pool.map(execute, srcs, dsts, [args.timeout] * len(srcs)):
+            print(f"{'FAILED' if err else 'ok':6} {secs:7.1f} s  {name}", flush=True)
+            if err:
+                failed.append((name, err))
+    for name, err in failed:
+        print(f"\n--- {name} ---\n{err}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
