@@ -22,6 +22,7 @@ env: $(STAMP)
 
 export: env
 	$(VENV)/bin/nbdev-export
+	$(PY) tools/make_readme.py
 
 book: export
 	$(PY) tools/build_site.py --execute --workers $(WORKERS)
@@ -34,15 +35,16 @@ site: export
 serve:
 	$(PY) -m http.server --directory _site --bind 127.0.0.1 8000
 
-test: export browser
+test: env browser
 	$(VENV)/bin/nbdev-test --n-workers $(WORKERS) --timing
 	$(PY) -m pytest -q
 
 # Developers: re-execute notebooks in place so their saved outputs (plots) are current, then clean and export.
 outputs: env
 	$(PY) tools/execute_nbs.py --inplace --workers $(WORKERS) $(NB)
-	$(VENV)/bin/nbdev-clean
+	$(VENV)/bin/nbdev-clean --fname $(NB)
 	$(VENV)/bin/nbdev-export
+	$(PY) tools/make_readme.py
 
 bench: export
 	for f in bench/bench_*.py; do $(PY) $$f || exit 1; done

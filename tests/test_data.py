@@ -1,0 +1,82 @@
+"""The data module: mirror first, then cache, then download; checksums always verified; clear offline errors."""
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from transformerbook import data
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+    "A private copy of the real data mirror, and an empty cache."
+    dst = tmp_path / "mirror"
+    for name in data.DATA_FILES:
+        (dst / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(data.data_path(name), dst / name)
+    monkeypatch.setenv(data.MIRROR_ENV, str(dst))
+    monkeypatch.setenv(data.CACHE_ENV, str(tmp_path / "cache"))
+    return dst
+
+
+@pytest.mark.parametrize("name", sorted(data.DATA_FILES))
+def test_files_match_their_size_and_checksum(name):
+    p = data.data_path(name)
+    f = data.DATA_FILES[name]
+    assert p.stat().st_size == f.n_bytes
+    assert hashlib.sha256(p.read_bytes()).hexdigest() == f.sha256
+
+
+def test_mirror_is_used_first(mirror):
+    assert data.data_path("gpt2/vocab.bpe") == mirror / "gpt2" / "vocab.bpe"
+
+
+def test_corrupt_mirror_file_is_rejected_with_both_digests(mirror):
+    p = mirror / "gpt2" / "vocab.bpe"
+    p.write_bytes(p.read_bytes()[:-1] + b"x")
+    with pytest.raises(data.ChecksumError, match="expected 1ce1664773c50f3e"):
+        data.data_path("gpt2/vocab.bpe")
+
+
+def test_missing_offline_gives_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv(data.MIRROR_ENV, raising=False)
+    monkeypatch.setenv(data.CACHE_ENV, str(tmp_path / "cache"))
+    f = data.DATA_FILES["tinyshakespeare.txt"]
+    unreachable = data.DataFile(f.name, "http://127.0.0.1:9/input.txt", f.sha256, f.n_bytes)
+    monkeypatch.setitem(data.DATA_FILES, f.name, unreachable)
+    with pytest.raises(data.DataUnavailableError) as err:
+        data.data_path("tinyshakespeare.txt")
+    msg = str(err.value)
+    assert "TRANSFORMERBOOK_DATA" in msg and str(tmp_path / "cache" / "tinyshakespeare.txt") in msg
+    assert not (tmp_path / "cache" / "tinyshakespeare.txt").exists(), "a failed download must not leave a cache entry"
+
+
+def test_cached_file_is_used_without_network(tmp_path, monkeypatch, mirror):
+    cached = tmp_path / "cache" / "tinyshakespeare.txt"
+    cached.parent.mkdir(parents=True)
+    shutil.copy(mirror / "tinyshakespeare.txt", cached)
+    monkeypatch.delenv(data.MIRROR_ENV)
+    f = data.DATA_FILES["tinyshakespeare.txt"]
+    monkeypatch.setitem(data.DATA_FILES, f.name, data.DataFile(f.name, "http://127.0.0.1:9/x", f.sha256, f.n_bytes))
+    assert data.data_path("tinyshakespeare.txt") == cached
+
+
+def test_unknown_name():
+    with pytest.raises(KeyError, match="unknown data file 'shakespeare.txt'"):
+        data.data_path("shakespeare.txt")
+
+
+def test_split_and_gpt2_counts():
+    text = data.load_tinyshakespeare()
+    train, val = data.train_val_split(text)
+    assert (len(train), len(val)) == (1_003_854, 111_540)
+    enc = data.gpt2_encoding()
+    assert enc.encode("Hello world") == [15496, 995]
+    assert (len(enc.encode_ordinary(train)), len(enc.encode_ordinary(val))) == (301_966, 36_059)
+
+
+@pytest.mark.parametrize("frac", [0, 1, 1.5, -0.1])
+def test_bad_split_fraction(frac):
+    with pytest.raises(ValueError, match=f"train_fraction={frac}"):
+        data.train_val_split("abc", frac)

@@ -1,0 +1,71 @@
+"""The package, the README and the notebooks stay in step: notebooks are the single source."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+NOTEBOOKS = sorted((ROOT / "nbs").rglob("*.ipynb"))
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="module")
+def fresh_copy(tmp_path_factory):
+    "A copy of the project's sources in which nbdev-export and nbdev-clean may run without touching the checkout."
+    dst = tmp_path_factory.mktemp("sync") / "project"
+    dst.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", dst)
+    shutil.copytree(ROOT / "nbs", dst / "nbs", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(ROOT / "transformerbook", dst / "transformerbook", ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
+def test_nbdev_export_would_not_change_the_package(fresh_copy):
+    before = _tree(fresh_copy / "transformerbook")
+    subprocess.run([BIN / "nbdev-export"], cwd=fresh_copy, check=True, capture_output=True)
+    after = _tree(fresh_copy / "transformerbook")
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"transformerbook/ is out of step with nbs/ (run nbdev-export and commit): {changed}"
+
+
+def test_notebooks_are_clean(fresh_copy):
+    before = {p: p.read_bytes() for p in sorted((fresh_copy / "nbs").rglob("*.ipynb"))}
+    subprocess.run([BIN / "nbdev-clean", "--fname", str(fresh_copy / "nbs")], cwd=fresh_copy, check=True,
+                   capture_output=True)
+    dirty = [str(p.relative_to(fresh_copy)) for p, b in before.items() if p.read_bytes() != b]
+    assert not dirty, f"notebooks not cleaned (run nbdev-clean --fname <nb>): {dirty}"
+
+
+def test_readme_matches_index_notebook():
+    r = subprocess.run([sys.executable, ROOT / "tools" / "make_readme.py", "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+CHAPTERS = [p for p in NOTEBOOKS if p.parent.name == "nbs" and p.stem[:2].isdigit()]
+
+
+@pytest.mark.parametrize("nb", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_is_saved_with_outputs(nb):
+    "The website renders saved outputs, so every chapter is committed executed (code cells carry outputs)."
+    cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    with_outputs = [c for c in code if c.get("outputs")]
+    assert with_outputs, f"{nb.name} has no saved outputs: run `make outputs NB={nb.relative_to(ROOT)}`"
+
+
+@pytest.mark.parametrize("nb", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_has_title_summary_and_exercises(nb):
+    cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+    md = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+    assert md and md[0].startswith("# ") and "\n> " in md[0], f"{nb.name}: first cell must be '# Title' + '> summary'"
+    text = "\n".join(md)
+    if nb.stem not in {"00_notation", "00a_data", "08a_cli"}:
+        assert "## Summary" in text and "## Exercises" in text, f"{nb.name} lacks '## Summary' or '## Exercises'"
+        assert text.count("### Exercise ") >= 3, f"{nb.name} has fewer than 3 exercises"
