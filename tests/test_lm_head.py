@@ -1,0 +1,312 @@
+"""The complete GPT: Hugging Face GPT-2 parity (offline, random weights), config and weight mapping errors,
+parameter counts, input validation, KV-cache equivalence and the logit lens."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.utils import logging as hf_logging
+
+from transformerbook.lm_head import GPT, GPTConfig, approx_non_embedding_params, logit_lens
+from transformerbook.masking import padding_mask
+from transformerbook.multihead import KVCache
+
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+
+HF_CONFIGS = {  # small GPT-2 variants: depth, heads, width, context, n_inner, activation, tying
+    "base": dict(n_layer=2, n_head=4, n_embd=32, n_positions=32),
+    "deep-narrow": dict(n_layer=4, n_head=2, n_embd=16, n_positions=24),
+    "one-head": dict(n_layer=1, n_head=1, n_embd=24, n_positions=16),
+    "n_inner": dict(n_layer=2, n_head=4, n_embd=32, n_positions=32, n_inner=40),
+    "relu": dict(n_layer=2, n_head=2, n_embd=32, n_positions=20, activation_function="relu"),
+    "gelu-exact-untied": dict(n_layer=2, n_head=8, n_embd=64, n_positions=48, activation_function="gelu",
+                              tie_word_embeddings=False),
+    "eps": dict(n_layer=1, n_head=4, n_embd=32, n_positions=8, layer_norm_epsilon=1e-3),
+}
+
+
+def make_hf(seed: int = 0, vocab_size: int = 97, **kw) -> GPT2LMHeadModel:
+    "A random GPT2LMHeadModel in eval mode; biases and LayerNorms randomised too so that every tensor matters."
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=vocab_size, bos_token_id=0, eos_token_id=0, **kw)
+    model = GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or ".ln_" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+@pytest.fixture(scope="module", params=sorted(HF_CONFIGS))
+def pair(request, tmp_path_factory):
+    "(hf_model, our_model) loaded through save_pretrained -> GPT.from_pretrained."
+    hf = make_hf(**HF_CONFIGS[request.param])
+    folder = tmp_path_factory.mktemp(request.param)
+    hf.save_pretrained(folder)
+    return hf, GPT.from_pretrained(folder)
+
+
+def test_logits_match_hf(pair):
+    hf, ours = pair
+    ids = torch.randint(0, hf.config.vocab_size, (3, hf.config.n_positions), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(ours(ids[:1, :5]), hf(ids[:1, :5]).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_right_padded_batch_matches_hf_attention_mask(pair):
+    hf, ours = pair
+    T = min(12, hf.config.n_positions)
+    lengths = [T, T - 3, 1]
+    ids = torch.randint(0, hf.config.vocab_size, (3, T), generator=torch.Generator().manual_seed(2))
+    mask = padding_mask(lengths, T)  # (B, T) bool, True = real token
+    with torch.no_grad():
+        ours_logits = ours(ids, padding_mask=mask)
+        hf_logits = hf(ids, attention_mask=mask.long()).logits
+    for b, n in enumerate(lengths):  # compare on the real positions only
+        torch.testing.assert_close(ours_logits[b, :n], hf_logits[b, :n], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(ours_logits[b, :n], ours(ids[b:b + 1, :n])[0], atol=1e-5, rtol=1e-5)
+
+
+def test_param_counts_match_hf(pair):
+    hf, ours = pair
+    assert ours.n_params() == hf.num_parameters()
+    assert ours.config.tie_weights == hf.config.tie_word_embeddings
+    assert (ours.lm_head.weight is ours.embeddings.token.weight) == ours.config.tie_weights
+
+
+def test_config_mapping():
+    hf = GPT2Config(vocab_size=500, n_positions=64, n_embd=48, n_head=6, n_layer=3, n_inner=None,
+                    layer_norm_epsilon=1e-6, activation_function="gelu_new", tie_word_embeddings=False, resid_pdrop=0.3)
+    assert GPTConfig.from_hf(hf) == GPTConfig(vocab_size=500, context_length=64, d_model=48, n_heads=6, n_layers=3,
+                                              d_ff=192, layer_norm_eps=1e-6, activation="gelu_tanh",
+                                              tie_weights=False, dropout=0.0)
+    assert GPTConfig.from_hf(hf.to_dict()) == GPTConfig.from_hf(hf)
+    assert GPTConfig.from_hf(GPT2Config(n_inner=7)).d_ff == 7
+    assert GPTConfig.from_hf(GPT2Config(activation_function="relu")).activation == "relu"
+    assert GPTConfig.from_hf(GPT2Config(activation_function="gelu")).activation == "gelu"
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx=True"),
+    (dict(reorder_and_upcast_attn=True), "reorder_and_upcast_attn=True"),
+    (dict(add_cross_attention=True), "add_cross_attention=True"),
+    (dict(scale_attn_weights=False), "scale_attn_weights=False"),
+    (dict(activation_function="silu"), "activation_function='silu'"),
+    (dict(n_embd=100, n_head=12), "d_model=100 is not divisible by n_heads=12"),
+])
+def test_config_mapping_errors(kw, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        GPTConfig.from_hf(GPT2Config(**kw))
+
+
+def test_config_mapping_rejects_other_models():
+    with pytest.raises(ValueError, match="model_type='llama'"):
+        GPTConfig.from_hf({"model_type": "llama", "hidden_size": 64})
+    with pytest.raises(ValueError, match="lacks the fields"):
+        GPTConfig.from_hf({"model_type": "gpt2", "n_embd": 64})
+
+
+def test_from_pretrained_refuses_unsupported_saved_config(tmp_path):
+    make_hf(**HF_CONFIGS["base"], scale_attn_by_inverse_layer_idx=True).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
+        GPT.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("name,shape", [
+    ("transformer.h.0.attn.c_attn.weight", (32, 32)),
+    ("transformer.h.1.mlp.c_fc.weight", (128, 32)),  # nn.Linear's (out, in) orientation: wrong for Conv1D
+    ("transformer.wpe.weight", (16, 32)),
+    ("transformer.ln_f.bias", (31,)),
+])
+def test_weight_shape_mismatch_names_the_tensor(name, shape):
+    hf = make_hf(**HF_CONFIGS["base"])
+    sd = hf.state_dict() | {name: torch.zeros(shape)}
+    short = name.removeprefix("transformer.")
+    with pytest.raises(ValueError, match=rf"{short} has shape \({shape[0]},"):
+        GPT(GPTConfig.from_hf(hf.config)).load_hf_state_dict(sd)
+
+
+def test_missing_and_surplus_tensors():
+    hf = make_hf(**HF_CONFIGS["base"])
+    model = GPT(GPTConfig.from_hf(hf.config))
+    sd = hf.state_dict()
+    with pytest.raises(ValueError, match="no tensor 'h.1.ln_2.bias'"):
+        model.load_hf_state_dict({k: v for k, v in sd.items() if k != "transformer.h.1.ln_2.bias"})
+    with pytest.raises(ValueError, match="does not use: \\['h.9.mlp.c_fc.weight'\\]"):
+        model.load_hf_state_dict(sd | {"transformer.h.9.mlp.c_fc.weight": torch.zeros(1)})
+    untied = sd | {"lm_head.weight": torch.zeros_like(sd["lm_head.weight"])}
+    with pytest.raises(ValueError, match="lm_head.weight differs from wte.weight"):
+        model.load_hf_state_dict(untied)
+    with pytest.raises(ValueError, match="norm='pre'"):
+        GPT(GPTConfig(**{**GPTConfig.from_hf(hf.config).to_dict(), "norm": "post"})).load_hf_state_dict(sd)
+
+
+def test_state_dict_without_prefix_and_with_old_buffers():
+    "The Hub's 'gpt2' checkpoint has keys without 'transformer.', no lm_head, and causal-mask buffers."
+    hf = make_hf(**HF_CONFIGS["base"])
+    sd = {k.removeprefix("transformer."): v for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    sd |= {f"h.{i}.attn.bias": torch.ones(1, 1, 32, 32) for i in range(2)}
+    sd |= {f"h.{i}.attn.masked_bias": torch.tensor(-1e4) for i in range(2)}
+    model = GPT(GPTConfig.from_hf(hf.config)).load_hf_state_dict(sd).eval()
+    ids = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_from_pretrained_sharded_and_bin(tmp_path):
+    hf = make_hf(**HF_CONFIGS["base"])
+    hf.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    ids = torch.randint(0, 97, (1, 10))
+    with torch.no_grad():
+        torch.testing.assert_close(GPT.from_pretrained(tmp_path / "sharded")(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "config.json").write_text(json.dumps(hf.config.to_dict()))
+    torch.save(hf.state_dict(), tmp_path / "bin" / "pytorch_model.bin")
+    with torch.no_grad():
+        torch.testing.assert_close(GPT.from_pretrained(tmp_path / "bin")(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_from_pretrained_missing_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        GPT.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(GPT2Config(n_layer=1, n_embd=8, n_head=2).to_dict()))
+    with pytest.raises(FileNotFoundError, match="no model.safetensors"):
+        GPT.from_pretrained(tmp_path)
+    with pytest.raises(OSError, match="is not a local folder"):
+        GPT.from_pretrained(tmp_path / "absent", local_files_only=True)
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        GPT.from_pretrained(tmp_path / "file.txt")
+
+
+# --- the model itself ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=50, context_length=16, d_model=32, n_heads=4, n_layers=3)).eval()
+
+
+def test_token_ids_out_of_range(small):
+    for bad in (50, -1):
+        with pytest.raises(ValueError, match=f"token id {bad} is outside \\[0, vocab_size=50\\)"):
+            small(torch.tensor([[1, 2, bad]]))
+
+
+def test_sequence_longer_than_context(small):
+    with pytest.raises(ValueError, match="sequence length 17 .* exceeds context_length=16"):
+        small(torch.zeros(1, 17, dtype=torch.long))
+    cache = KVCache(3)
+    small(torch.zeros(1, 10, dtype=torch.long), kv_cache=cache)
+    with pytest.raises(ValueError, match="sequence length 17 \\(cached 10 \\+ new 7\\) exceeds context_length=16"):
+        small(torch.zeros(1, 7, dtype=torch.long), kv_cache=cache)
+
+
+def test_bad_masks_and_caches(small):
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    with pytest.raises(ValueError, match="padding_mask must have shape"):
+        small(ids, padding_mask=torch.ones(1, 5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="bool"):
+        small(ids, padding_mask=torch.ones(2, 5))
+    with pytest.raises(ValueError, match="kv_cache has 2 layers but the model has n_layers=3"):
+        small(ids, kv_cache=KVCache(2))
+    with pytest.raises(ValueError, match="token_ids must be a \\(B, T\\) tensor"):
+        small(torch.zeros(5, dtype=torch.long))
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(d_model=100, n_heads=12), "d_model=100 is not divisible by n_heads=12"),
+    (dict(n_layers=0), "n_layers=0 must be a positive int"),
+    (dict(vocab_size=10.0), "vocab_size=10.0 must be a positive int"),
+    (dict(dropout=1.0), "dropout=1.0 must be in"),
+    (dict(norm="sandwich"), "norm='sandwich'"),
+    (dict(activation="swish"), "activation='swish' is not one of"),
+    (dict(positional="rope"), "positional='rope'"),
+    (dict(layer_norm_eps=0.0), "layer_norm_eps=0.0 must be a positive float"),
+    (dict(tie_weights="yes"), "tie_weights='yes' must be True or False"),
+])
+def test_config_validation(kw, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        GPTConfig(**kw)
+
+
+@pytest.mark.parametrize("chunks", [[1] * 9, [4, 1, 1, 3], [9], [2, 7]])
+def test_kv_cache_matches_full_forward(small, chunks):
+    ids = torch.randint(0, 50, (2, sum(chunks)), generator=torch.Generator().manual_seed(3))
+    cache, out, t = KVCache(3), [], 0
+    with torch.no_grad():
+        for n in chunks:
+            out.append(small(ids[:, t:t + n], kv_cache=cache)); t += n
+        torch.testing.assert_close(torch.cat(out, dim=1), small(ids), atol=1e-5, rtol=1e-5)
+    assert len(cache) == sum(chunks)
+
+
+def test_kv_cache_with_left_padding(small):
+    "Left-padded prompts, then cached decoding: the real tokens see the same logits as unpadded runs."
+    lengths, T = [6, 3], 6
+    ids = torch.randint(0, 50, (2, T + 2), generator=torch.Generator().manual_seed(4))
+    mask = torch.cat([padding_mask(lengths, T, side="left"), torch.ones(2, 2, dtype=torch.bool)], dim=1)  # (B, T+2)
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # real tokens numbered from 0
+    cache = KVCache(3)
+    with torch.no_grad():
+        first = small(ids[:, :T], padding_mask=mask[:, :T], position_ids=positions[:, :T], kv_cache=cache)
+        steps = [small(ids[:, T + i:T + i + 1], padding_mask=mask[:, :T + i + 1], position_ids=positions[:, T + i:T + i + 1],
+                       kv_cache=cache) for i in range(2)]
+        logits = torch.cat([first] + steps, dim=1)
+        for b, n in enumerate(lengths):
+            alone = small(ids[b:b + 1, T - n:])[0]  # the same real tokens without padding
+            torch.testing.assert_close(logits[b, T - n:], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_tied_weights_share_one_parameter():
+    model = GPT(GPTConfig(vocab_size=30, context_length=8, d_model=16, n_heads=2, n_layers=1))
+    assert model.lm_head.weight is model.embeddings.token.weight
+    model(torch.randint(0, 30, (2, 8))).logsumexp(-1).sum().backward()
+    assert model.lm_head.weight.grad is model.embeddings.token.weight.grad
+    untied = GPT(GPTConfig(vocab_size=30, context_length=8, d_model=16, n_heads=2, n_layers=1, tie_weights=False))
+    assert untied.n_params() - model.n_params() == 30 * 16
+
+
+def test_gpt2_small_count_and_estimate():
+    with torch.device("meta"):
+        gpt2 = GPT(GPTConfig.gpt2_small())
+    assert gpt2.n_params() == 124_439_808
+    assert gpt2.n_params(non_embedding=True) == 124_439_808 - (50257 + 1024) * 768
+    assert approx_non_embedding_params(12, 768) == 12 * 12 * 768 ** 2
+    with pytest.raises(ValueError, match="d_model=0"):
+        approx_non_embedding_params(12, 0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n_layers=st.integers(1, 6), n_heads=st.sampled_from([1, 2, 4]), d_head=st.sampled_from([4, 8, 16]),
+       bias=st.booleans(), tie=st.booleans(), norm=st.sampled_from(["pre", "post"]), d_ff=st.integers(1, 64))
+def test_non_embedding_count_formula(n_layers, n_heads, d_head, bias, tie, norm, d_ff):
+    "Exact count n_layers·(4D² + 2DF + biases + LayerNorms) + ln_f, next to eq. 10.55's 12·L·D² when F = 4D."
+    D = n_heads * d_head
+    c = GPTConfig(vocab_size=37, context_length=11, d_model=D, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff,
+                  bias=bias, tie_weights=tie, norm=norm)
+    with torch.device("meta"):
+        model = GPT(c)
+    ln = D * (1 + bias)
+    block = 4 * D * D + 2 * D * d_ff + bias * (4 * D + d_ff + D) + 2 * ln
+    expected = n_layers * block + (ln if norm == "pre" else 0) + (0 if tie else 37 * D)
+    assert model.n_params(non_embedding=True) == expected
+    assert model.n_params() == expected + 37 * D + 11 * D
+
+
+def test_logit_lens(small):
+    ids = torch.randint(0, 50, (2, 7))
+    lens = logit_lens(small, ids)
+    assert lens.shape == (4, 2, 7, 50)
+    torch.testing.assert_close(lens[-1], small(ids))
+    stream = small.residual_stream(ids)
+    torch.testing.assert_close(lens[0], small.lm_head(small.ln_f(stream[0])))
+    assert not torch.allclose(lens[0], small.lm_head(stream[0]))  # ln_f is applied to intermediate layers
