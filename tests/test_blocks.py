@@ -1,0 +1,229 @@
+"""Transformer blocks: LayerNorm against torch, the feed-forward activations, pre-/post-norm blocks with masks,
+causality, KV-cache equivalence, gradients, and input validation (chapter `nbs/04_blocks.ipynb`)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from transformerbook.blocks import ACTIVATIONS, FeedForward, LayerNorm, TransformerBlock
+from transformerbook.masking import causal_mask, combine_masks, padding_mask
+from transformerbook.multihead import LayerKVCache
+
+torch.set_num_threads(1)  # tiny tensors; avoids oversubscribing the 2-core CI machine
+
+
+# ---------------------------------------------------------------- LayerNorm
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.integers(1, 5), min_size=0, max_size=3), d_model=st.integers(1, 33),
+       eps=st.sampled_from([0.0, 1e-6, 1e-5, 1e-2, 1.0]), bias=st.booleans(),
+       dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16),
+       scale=st.sampled_from([1e-2, 1.0, 100.0]))
+def test_layer_norm_matches_torch(shape, d_model, eps, bias, dtype, seed, scale):
+    if eps == 0.0 and d_model == 1:
+        eps = 1e-5  # a single element has σ = 0: without ε both divide 0 by 0
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(*shape, d_model, generator=g, dtype=dtype) * scale + 3.0)
+    ours = LayerNorm(d_model, eps=eps, bias=bias).to(dtype)
+    ref = nn.LayerNorm(d_model, eps=eps, bias=bias).to(dtype)
+    with torch.no_grad():
+        ours.weight.copy_(torch.rand(d_model, generator=g, dtype=dtype) + 0.5)
+        if bias:
+            ours.bias.copy_(torch.randn(d_model, generator=g, dtype=dtype))
+    ref.load_state_dict(ours.state_dict())
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=1e-10, rtol=1e-10)
+    out = ours(x)
+    assert out.dtype == dtype and out.shape == x.shape
+    torch.testing.assert_close(out, ref(x), **tol)
+    torch.testing.assert_close(out, F.layer_norm(x, (d_model,), ours.weight, ours.bias, eps), **tol)
+
+
+def test_layer_norm_statistics_and_population_variance():
+    x = torch.tensor([[1.0, 2.0, 3.0, 6.0]])
+    y = LayerNorm(4, eps=0.0)(x)
+    torch.testing.assert_close(y, (x - 3.0) / math.sqrt(3.5))  # population σ² = 14/4, not 14/3
+    assert abs(y.mean().item()) < 1e-6 and abs(y.var(unbiased=False).item() - 1) < 1e-5
+
+
+def test_layer_norm_constant_vector_is_finite():
+    y = LayerNorm(5)(torch.full((2, 5), 7.0))
+    assert torch.isfinite(y).all() and y.abs().max() == 0
+
+
+def test_layer_norm_without_bias_has_no_bias_parameter():
+    ln = LayerNorm(8, bias=False)
+    assert ln.bias is None and [n for n, _ in ln.named_parameters()] == ["weight"]
+
+
+def test_layer_norm_errors_name_the_values():
+    with pytest.raises(ValueError, match=r"d_model=4.*\(2, 5\)"):
+        LayerNorm(4)(torch.randn(2, 5))
+    with pytest.raises(ValueError, match="d_model=0"):
+        LayerNorm(0)
+    with pytest.raises(ValueError, match="eps=-1"):
+        LayerNorm(4, eps=-1)
+
+
+# ---------------------------------------------------------------- feed-forward network
+
+def test_activation_formulas():
+    z = torch.linspace(-6, 6, 1001, dtype=torch.float64)
+    torch.testing.assert_close(ACTIVATIONS["relu"](z), z.clamp_min(0))
+    torch.testing.assert_close(ACTIVATIONS["gelu"](z), z * 0.5 * (1 + torch.erf(z / math.sqrt(2))))
+    tanh_gelu = 0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
+    torch.testing.assert_close(ACTIVATIONS["gelu_tanh"](z), tanh_gelu)
+    gap = (ACTIVATIONS["gelu"](z) - ACTIVATIONS["gelu_tanh"](z)).abs().max().item()
+    assert 1e-4 < gap < 5e-4  # close, but not the same function
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_feed_forward_is_position_wise_and_matches_formula(activation):
+    torch.manual_seed(0)
+    ffn = FeedForward(8, 32, activation=activation)
+    x = torch.randn(3, 5, 8)
+    expected = ACTIVATIONS[activation](x @ ffn.fc.weight.T + ffn.fc.bias) @ ffn.proj.weight.T + ffn.proj.bias
+    torch.testing.assert_close(ffn(x), expected)
+    torch.testing.assert_close(ffn(x)[:, 2], ffn(x[:, 2]))  # each position alone gives the same result
+    perturbed = x.clone(); perturbed[:, 1] += 1.0
+    assert torch.equal(ffn(perturbed)[:, [0, 2, 3, 4]], ffn(x)[:, [0, 2, 3, 4]])
+
+
+def test_feed_forward_sizes_and_errors():
+    ffn = FeedForward(16, 64, bias=False)
+    assert ffn.fc.weight.shape == (64, 16) and ffn.proj.weight.shape == (16, 64) and ffn.fc.bias is None
+    with pytest.raises(ValueError, match="activation='swish'"):
+        FeedForward(8, 32, activation="swish")
+
+
+# ---------------------------------------------------------------- blocks
+
+def _block(norm, seed=0, **kw):
+    torch.manual_seed(seed)
+    block = TransformerBlock(16, 4, norm=norm, **kw).eval()
+    with torch.no_grad():  # random γ, β so LayerNorm is not the identity-like default
+        for ln in (block.ln_1, block.ln_2):
+            ln.weight.uniform_(0.5, 1.5); ln.bias.normal_()
+    return block
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_block_matches_jm_equations(norm):
+    block, mask = _block(norm), causal_mask(6)
+    x = torch.randn(2, 6, 16)
+    attn = lambda h: block.attn(h, mask=mask)
+    if norm == "pre":  # J&M eqs. 10.38-10.43
+        t3 = x + attn(block.ln_1(x))
+        expected = t3 + block.mlp(block.ln_2(t3))
+    else:  # J&M eqs. 10.26-10.31
+        t3 = block.ln_1(x + attn(x))
+        expected = block.ln_2(block.mlp(t3) + t3)
+    torch.testing.assert_close(block(x, mask=mask), expected)
+
+
+def test_pre_and_post_norm_differ():
+    pre, post = _block("pre"), _block("post")
+    post.load_state_dict(pre.state_dict())
+    x = torch.randn(1, 4, 16)
+    assert (pre(x) - post(x)).abs().max() > 1e-2
+
+
+def test_default_d_ff_is_four_times_d_model():
+    assert TransformerBlock(16, 4).mlp.fc.out_features == 64
+    assert TransformerBlock(16, 4, d_ff=24).mlp.fc.out_features == 24
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_block_is_causal(norm):
+    block, T = _block(norm), 7
+    x = torch.randn(2, T, 16)
+    y = block(x, mask=causal_mask(T))
+    for t in range(T):
+        x2 = x.clone(); x2[:, t:] = torch.randn_like(x2[:, t:])  # change position t and everything after it
+        y2 = block(x2, mask=causal_mask(T))
+        torch.testing.assert_close(y2[:, :t], y[:, :t])  # the past is unchanged
+        assert (y2[:, t] - y[:, t]).abs().max() > 1e-4  # position t itself does change
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_only_attention_mixes_positions(norm):
+    block, T = _block(norm), 6
+    x = torch.randn(1, T, 16)
+    x2 = x.clone(); x2[:, 2] += torch.randn(16)  # not a constant shift: LayerNorm would remove that
+    no_mask = (block(x2) - block(x)).abs().amax(-1)[0]
+    assert (no_mask > 1e-6).all()  # unmasked attention: every position sees the change
+    for part in (block.ln_1, block.mlp):
+        delta = (part(x2) - part(x)).abs().amax(-1)[0]
+        assert (delta > 1e-6).tolist() == [t == 2 for t in range(T)]
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_block_with_padding_mask_ignores_padded_keys(norm):
+    block, T = _block(norm), 5
+    lengths = torch.tensor([5, 3])
+    mask = combine_masks(causal_mask(T), padding_mask(lengths, T, side="left"))  # (B, 1, T, S); seq 1 padded at 0, 1
+    x = torch.randn(2, T, 16)
+    x2 = x.clone(); x2[1, :2] = torch.randn(2, 16)  # change only the padding of sequence 1
+    torch.testing.assert_close(block(x2, mask=mask)[1, 2:], block(x, mask=mask)[1, 2:])
+    torch.testing.assert_close(block(x[1:, 2:], mask=causal_mask(3)), block(x, mask=mask)[1:, 2:])
+    torch.testing.assert_close(block(x, mask=mask)[0], block(x[:1], mask=causal_mask(T))[0])
+    no_padding = block(x, mask=causal_mask(T))[1, 2:]
+    assert (no_padding - block(x, mask=mask)[1, 2:]).abs().max() > 1e-4  # the mask does matter
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("fused", [False, True])
+def test_kv_cache_through_a_block_matches_full_pass(norm, fused):
+    block, T = _block(norm, fused_attention=fused), 6
+    x = torch.randn(2, T, 16)
+    full = block(x, mask=causal_mask(T))
+    cache = LayerKVCache()
+    prefix = block(x[:, :2], mask=causal_mask(2), kv_cache=cache)  # a 2-token prompt, then one token at a time
+    steps = [block(x[:, t:t + 1], mask=causal_mask(1, t + 1), kv_cache=cache) for t in range(2, T)]
+    torch.testing.assert_close(torch.cat([prefix, *steps], dim=1), full, atol=1e-5, rtol=1e-4)
+    assert len(cache) == T
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_gradients_are_finite_and_reach_every_parameter(norm):
+    torch.manual_seed(0)
+    blocks = nn.ModuleList([TransformerBlock(16, 4, norm=norm) for _ in range(6)])
+    x = torch.randn(2, 8, 16, requires_grad=True)
+    h = x
+    for block in blocks:
+        h = block(h, mask=causal_mask(8))
+    h.pow(2).mean().backward()
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+    for name, p in blocks.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().sum() > 0, f"{name} received a zero gradient"
+
+
+def test_pre_norm_block_is_identity_when_sublayers_output_zero():
+    block = _block("pre")
+    with torch.no_grad():
+        for lin in (block.attn.out_proj, block.mlp.proj):
+            lin.weight.zero_(); lin.bias.zero_()
+    x = torch.randn(2, 5, 16) * 10
+    torch.testing.assert_close(block(x, mask=causal_mask(5)), x)
+
+
+def test_post_norm_output_is_normalised():
+    block = TransformerBlock(16, 4, norm="post")  # γ = 1, β = 0 at init
+    y = block(torch.randn(3, 5, 16) * 10 + 4)
+    torch.testing.assert_close(y.mean(-1), torch.zeros(3, 5), atol=1e-5, rtol=0)
+    torch.testing.assert_close(y.var(-1, unbiased=False), torch.ones(3, 5), atol=1e-3, rtol=0)
+
+
+def test_block_errors_name_the_values():
+    with pytest.raises(ValueError, match="norm='middle'"):
+        TransformerBlock(16, 4, norm="middle")
+    with pytest.raises(ValueError, match="d_model=18 is not divisible by n_heads=4"):
+        TransformerBlock(18, 4)
+    with pytest.raises(ValueError, match="activation='tanh'"):
+        TransformerBlock(16, 4, activation="tanh")
+    with pytest.raises(ValueError, match="d_model=16"):
+        TransformerBlock(16, 4)(torch.randn(1, 3, 8))
