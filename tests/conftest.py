@@ -1,0 +1,66 @@
+"Shared fixtures for the website tests: the `tools/` scripts on `sys.path`, and a small synthetic chapter."
+from __future__ import annotations
+
+import base64
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))  # tools/ holds scripts, not a package
+
+
+def _png_plot() -> str:
+    "A small matplotlib line plot as base64 PNG, as a notebook stores it."
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(3, 2), dpi=60)
+    ax.plot([0, 1, 2, 3], [0, 1, 4, 9])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def make_sample_chapter():
+    """An executed nbdev chapter with every construct the site translates: title + summary, math, hidden and
+    `echo: false` cells, a PNG plot, a widget output, ANSI output, an exercise with a solution, a question with an
+    answer. Its exercise numbers (99.x) cannot clash with the book's."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+    code = lambda src, *outs: new_code_cell(src, outputs=list(outs), execution_count=1)
+    stream = lambda text: new_output("stream", name="stdout", text=text)
+    return new_notebook(cells=[
+        new_markdown_cell("# Site sample chapter\n> A synthetic chapter that exercises every site feature."),
+        code("#| hide\nimport math"),
+        new_markdown_cell("Softmax turns scores $s_i$ into weights:\n\n"
+                          "$$\nw_i = \\frac{e^{s_i}}{\\sum_j e^{s_j}}\n$$\n\n"
+                          "::: {.callout-note}\nA Quarto callout.\n:::"),
+        code("#| echo: false\nimport matplotlib.pyplot as plt\nplt.plot([0, 1, 2, 3], [0, 1, 4, 9]);",
+             new_output("display_data", data={"image/png": _png_plot(), "text/plain": "<Figure size 180x120>"})),
+        code("#| output: false\nprint('hidden output')", stream("hidden output\n")),
+        code("import ipywidgets as widgets\nwidgets.IntSlider()",
+             new_output("execute_result", data={"application/vnd.jupyter.widget-view+json":
+                                                {"model_id": "abc", "version_major": 2, "version_minor": 0},
+                                                "text/plain": "IntSlider(value=0)"}, execution_count=1)),
+        code("print('\\x1b[31mred\\x1b[0m text')", stream("\x1b[31mred\x1b[0m text\n")),
+        new_markdown_cell("## Exercises"),
+        new_markdown_cell("### Exercise 99.1 — Add one (★☆☆)\n\nWrite `add_one(x)` that returns `x + 1`."),
+        code("#| exercise\ndef add_one(x):\n    raise NotImplementedError"),
+        code("#| exercise\nprint('NOT YET: add_one raises NotImplementedError')",
+             stream("NOT YET: add_one raises NotImplementedError\n")),
+        new_markdown_cell("#### Solution\n\nAdd one:"),
+        code("def add_one(x):\n    return x + 1\nprint('PASS: add_one is correct')",
+             stream("PASS: add_one is correct\n")),
+        new_markdown_cell("### Question 99.2 — Why add one? (poll)\n\nWhy would anyone add one?"),
+        new_markdown_cell("#### Answer\n\nBecause counting starts at zero."),
+    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                 "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}}})
+
+
+@pytest.fixture
+def sample_chapter():
+    "A fresh copy of the synthetic chapter (see `make_sample_chapter`)."
+    return make_sample_chapter()

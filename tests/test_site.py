@@ -1,0 +1,199 @@
+"""The website in a real headless Chromium: build it from the notebooks' saved outputs, serve it on 127.0.0.1, and
+check what a reader sees (pages, navigation, math, exercise boxes, plots, search, no requests to other hosts).
+
+The site is built from a copy of `nbs/` plus a synthetic chapter (`tests/conftest.py`) that holds every construct
+the translator handles, so each check has something to check even before the chapters that use it exist.
+Full-page screenshots go to `_build/screenshots/`.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlparse
+
+import nbformat
+import pytest
+
+from conftest import ROOT, make_sample_chapter
+import build_site
+
+pytestmark = pytest.mark.slow
+
+SAMPLE = "99_site_sample"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+# Lines a reader must never see: cell directives, Quarto divs, unparsed MyST fences or attributes.
+RAW_MARKUP = re.compile(r"^[ \t]*(?:#\||:::|```|~~~|\{\.[\w-]+\}).*$", re.M)
+# The text of an element without its code blocks and typeset math (where raw TeX would show if MathJax failed).
+PROSE_JS = """el => { const c = el.cloneNode(true);
+  c.querySelectorAll("pre, div.highlight, mjx-container").forEach(n => n.remove());
+  return c.textContent; }"""
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def chromium() -> str:
+    "Path of the Chromium to drive: `$CHROMIUM`, or the first one installed; the test fails without one."
+    for path in [os.environ.get("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser",
+                 "/usr/bin/google-chrome"]:
+        if path and os.access(path, os.X_OK):
+            return path
+    pytest.fail("The website test needs Chromium: run `make browser` (apt-get install chromium), "
+                "or set CHROMIUM=/path/to/chrome")
+
+
+@pytest.fixture(scope="session")
+def book(tmp_path_factory):
+    "The built site: (output folder, page names in toctree order), built from nbs/ + the sample chapter."
+    tmp = tmp_path_factory.mktemp("site")
+    nbs = tmp / "nbs"
+    shutil.copytree(ROOT / "nbs", nbs, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    nbformat.write(make_sample_chapter(), nbs / f"{SAMPLE}.ipynb")
+    out = tmp / "_site"
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "build_site.py"), "--nbs", str(nbs), "--out", str(out),
+                           "--build", str(tmp / "_build")], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, f"site build failed:\n{done.stdout}\n{done.stderr}"
+    home, chapters, checks = build_site.book_notebooks(nbs)
+    pages = ["index"] + [p.relative_to(nbs).with_suffix("").as_posix() for p in chapters + checks]
+    return out, pages
+
+
+@pytest.fixture(scope="session")
+def base_url(book):
+    "The site served over HTTP on 127.0.0.1 (a free port), for the session."
+    handler = functools.partial(QuietHandler, directory=str(book[0]))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest's output clean
+        pass
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory):
+    "A headless Chromium context (fresh profile) that records every URL its pages request."
+    from playwright.sync_api import sync_playwright
+    exe = chromium()
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=exe, headless=True,
+            args=CHROMIUM_ARGS, viewport={"width": 1280, "height": 900})
+        context.requested = []
+        context.on("request", lambda request: context.requested.append(request.url))
+        yield context
+        context.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page()
+    yield page
+    page.close()
+
+
+def visit(page, url: str):
+    "Load `url`, wait until MathJax (if the page loads it) has typeset; return the HTTP response."
+    response = page.goto(url, wait_until="load")
+    page.evaluate("async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise; }")
+    return response
+
+
+@pytest.fixture(scope="session")
+def visited(book, base_url, browser):
+    "What a reader sees on each page of the toctree, read once per session (and a full-page screenshot of each)."
+    out, pages = book
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page, seen = browser.new_page(), {}
+    for name in pages:
+        response = visit(page, f"{base_url}/{name}.html")
+        text = page.locator("article").inner_text()
+        prose = page.locator("article").evaluate(PROSE_JS)
+        seen[name] = {"status": response.status, "h1": page.locator("article h1").first.inner_text().strip(),
+                      "raw": RAW_MARKUP.findall(text), "prose": prose, "mathjax": page.locator("mjx-container").count(),
+                      "has_math": 'class="math' in (out / f"{name}.html").read_text(encoding="utf-8")}
+        page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}.png", full_page=True)
+    page.close()
+    return seen
+
+
+def test_every_page_loads_with_a_title_and_no_raw_markup(visited):
+    for name, seen in visited.items():
+        assert seen["status"] == 200, name
+        assert seen["h1"], f"{name} has an empty H1"
+        assert not seen["raw"], f"{name} shows raw markup: {seen['raw']}"
+
+
+def test_left_nav_lists_every_chapter_in_order_and_its_links_resolve(book, base_url, page):
+    out, pages = book
+    visit(page, f"{base_url}/index.html")
+    links = page.locator("nav.bd-docs-nav a.reference.internal")
+    hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
+    linked = [urlparse(h).path.removesuffix(".html") for h in hrefs]
+    assert [p for p in linked if p in pages] == pages[1:], "left navigation misses chapters or has them out of order"
+    assert page.locator("nav.bd-docs-nav").get_by_text("Appendix: exercise checkers").count() == \
+        (1 if any(p.startswith("checks/") for p in pages) else 0)
+    for href in hrefs:
+        response = page.request.get(f"{base_url}/{href}")
+        assert response.status == 200, href
+
+
+def test_math_is_typeset_by_mathjax(visited):
+    with_math = [name for name, seen in visited.items() if seen["has_math"]]
+    assert SAMPLE in with_math
+    for name in with_math:
+        assert visited[name]["mathjax"] > 0, f"MathJax did not typeset {name}"
+        prose = visited[name]["prose"]
+        assert "$$" not in prose and "\\[" not in prose and "\\(" not in prose, f"raw TeX left on {name}"
+
+
+def test_exercise_box_and_solution_dropdown(base_url, page):
+    visit(page, f"{base_url}/{SAMPLE}.html")
+    exercise = page.locator("div.exercise").first
+    assert exercise.locator(".admonition-title").inner_text().startswith("Exercise 99.1 — Add one")
+    assert "NotImplementedError" in exercise.inner_text(), "the stub cell is not inside the exercise box"
+    solution = page.locator("div.solution.dropdown").first
+    content = solution.locator("section#solution-content")
+    assert not content.is_visible(), "the solution should start collapsed"
+    solution.locator(".admonition-title").click()
+    content.wait_for(state="visible", timeout=5000)
+    assert "return x + 1" in content.inner_text()
+
+
+def test_plot_image_is_loaded(base_url, page):
+    visit(page, f"{base_url}/{SAMPLE}.html")
+    img = page.locator("div.cell_output img").first
+    assert img.evaluate("img => img.complete && img.naturalWidth") > 0
+
+
+def test_search_finds_a_word(base_url, page):
+    visit(page, f"{base_url}/search.html?q=softmax")
+    page.get_by_text("Search finished").wait_for(timeout=20_000)  # results are listed one by one, then this
+    links = page.locator("#search-results ul.search li > a")
+    assert any(SAMPLE in links.nth(i).get_attribute("href") for i in range(links.count()))
+
+
+def test_no_request_leaves_the_machine(browser, base_url, page):
+    for name in ("index", SAMPLE):
+        visit(page, f"{base_url}/{name}.html")
+    remote = [u for u in browser.requested if urlparse(u).scheme not in ("data", "blob", "file", "about")
+              and urlparse(u).hostname != "127.0.0.1"]
+    assert browser.requested and not remote, f"requests to other hosts: {remote}"
+
+
+def test_site_works_from_file_urls(book, page):
+    "Opened straight from disk (file://), pages still show typeset math and the left navigation."
+    out, pages = book
+    visit(page, (out / f"{SAMPLE}.html").as_uri())
+    assert page.locator("mjx-container").count() > 0
+    assert page.locator("nav.bd-docs-nav a.reference.internal").count() >= len(pages) - 1

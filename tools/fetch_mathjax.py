@@ -1,0 +1,54 @@
+"""Install MathJax 3 from npm into `site/node_modules`, so the website typesets math offline.
+
+`site/package.json` pins the version and `site/package-lock.json` locks it; `npm ci` installs exactly that.
+Idempotent: when the pinned version is already installed this returns at once without calling npm.
+Without npm it only warns (exit 0): the site then loads MathJax from its CDN, which works for online readers.
+
+    python tools/fetch_mathjax.py
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SITE = Path(__file__).resolve().parent.parent / "site"
+MATHJAX_DIR = SITE / "node_modules" / "mathjax"
+
+
+def wanted_version() -> str:
+    "The MathJax version pinned in `site/package.json`."
+    return json.loads((SITE / "package.json").read_text())["dependencies"]["mathjax"]
+
+
+def installed_version() -> str | None:
+    "The MathJax version in `site/node_modules`, or None when it is missing or incomplete."
+    pkg = MATHJAX_DIR / "package.json"
+    if not pkg.is_file() or not (MATHJAX_DIR / "es5" / "tex-mml-chtml.js").is_file():
+        return None
+    return json.loads(pkg.read_text()).get("version")
+
+
+def main() -> int:
+    want = wanted_version()
+    if installed_version() == want:
+        return 0
+    npm = shutil.which("npm")
+    if npm is None:
+        print("warning: npm not found; the website will load MathJax from its CDN (math needs a network "
+              "connection when reading). Install Node.js/npm and rerun `python tools/fetch_mathjax.py`.",
+              file=sys.stderr)
+        return 0
+    cmd = [npm, "ci" if (SITE / "package-lock.json").is_file() else "install",
+           "--prefix", str(SITE), "--no-audit", "--no-fund", "--loglevel=error"]
+    print(f"Installing MathJax {want} into {MATHJAX_DIR.relative_to(SITE.parent)}", flush=True)
+    done = subprocess.run(cmd, cwd=SITE)
+    if done.returncode != 0 or installed_version() != want:
+        print(f"warning: `{' '.join(cmd)}` failed; the website will load MathJax from its CDN.", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

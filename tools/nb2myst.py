@@ -1,0 +1,333 @@
+"""Translate an executed nbdev notebook into a notebook that myst-nb renders cleanly (the website's source).
+
+nbdev's own site generator is Quarto, which understands cell options such as `#| echo: false`, Pandoc attributes
+and `:::` fenced divs. Sphinx + myst-nb does not, so this module rewrites a notebook for it (see CONTRIBUTING.md):
+
+- `#| hide` and `#| default_exp` cells are dropped; every `#|` line is removed from the cells that stay;
+  `#| echo: false` -> cell tag `remove-input`, `#| output: false` -> `remove-output`.
+- after each `#| export` cell, the API doc of each public function/class it defines (nbdev's `show_doc`
+  markdown, imported from the exported module) is inserted as a MyST admonition with class `api`.
+- `### Exercise N.M — Title` ... `#### Solution` ... (or `Question` / `Answer`) become sphinx-exercise gated
+  directives, so the code cells between them stay inside the boxes.
+- ipywidgets outputs and widget state are dropped (the offline site loads no widget JavaScript);
+  ANSI escapes are stripped from streams and tracebacks.
+- the first cell's `> summary` becomes a lead paragraph; Quarto-only markup (`{#id .class}` attributes,
+  `:::` divs, callouts) becomes MyST or is removed.
+
+    python tools/nb2myst.py nbs/01_attention.ipynb _build/myst/01_attention.ipynb
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import inspect
+import re
+import warnings
+from pathlib import Path
+
+import nbformat
+from fastcore.nbio import NbCell
+from markdown_it import MarkdownIt
+from nbdev.showdoc import show_doc, showdoc_nm
+
+LIB = "transformerbook"  # the package `#| default_exp` modules live in
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+EXPORT_DIRECTIVES = {"export", "exports"}  # followed by API docs; `exporti` (internal) is shown without them
+
+_DIRECTIVE_LINE = re.compile(r"^[ \t]*#\|.*(?:\n|$)", re.M)
+_ANSI = re.compile(r"\x1b(?:[@-Z\\-_]|\[[0-?]*[ -/]*[@-~])")
+_SHOW_DOC_CALL = re.compile(r"\bshow_doc\(\s*([\w.]+)")
+# `### Exercise 1.2 — Scale the scores (★☆☆)` / `### Question 1.4 — Swap x2 and x3 (poll)`
+_BOX_START = re.compile(r"\A\s*###[ \t]+(Exercise|Question)[ \t]+(\d+)\.(\d+)[ \t]*(?:[—–-]+[ \t]*(.*?))?[ \t]*$",
+                        re.M)
+_SOLUTION_START = re.compile(r"\A\s*####[ \t]+(Solution|Answer)\b.*$", re.M)
+_LABEL_PREFIX = {"Exercise": "ex", "Question": "q", "Solution": "sol", "Answer": "ans"}
+_SECTION_HEADING = re.compile(r"\A\s*#{2,3}[ \t]")  # a cell starting with `##`/`###` ends an open box
+_SUMMARY = re.compile(r"^(?:>[ \t]?.*(?:\n|$))+", re.M)
+# Quarto/Pandoc markup
+_HEADING_ATTRS = re.compile(r"^(#{1,6}[ \t].*?)[ \t]*\{([#.][^{}]*|[\w-]+=[^{}]*)\}[ \t]*$", re.M)
+_LINK_ATTRS = re.compile(r"(\]\([^)\s]*(?:\s+\"[^\"]*\")?\))\{(?:[#.][^{}]*|[^{}]*=[^{}]*)\}")
+_SOURCE_LINK = re.compile(r"^(\[source\]\(.*\))$", re.M)  # show_doc's link to the code on GitHub
+_DIV_FENCE = re.compile(r"^(:{3,})[ \t]*(\{[^}]*\}|[\w-]+)?[ \t]*$")
+_CALLOUT = re.compile(r"\.callout-(note|tip|warning|important|caution)\b")
+_CALLOUT_TITLE = re.compile(r"title=\"([^\"]*)\"")
+
+
+# ---------------------------------------------------------------------------------------------- cells
+
+def _markdown_cell(source: str):
+    "A new markdown cell without an id: `translate` numbers new cells, so the output is reproducible."
+    return nbformat.from_dict({"cell_type": "markdown", "metadata": {}, "source": source})
+
+
+def directives(cell) -> dict[str, str]:
+    "The cell's nbdev directives (`#|` comment lines and the `nbdev` metadata key), parsed by nbdev itself."
+    if cell.cell_type != "code":
+        return {}
+    return NbCell(0, {"cell_type": "code", "source": cell.source, "metadata": dict(cell.metadata)}).directives
+
+
+def strip_directives(source: str) -> str:
+    "`source` without any `#|` line (nbdev and Quarto cell options), trailing blank lines removed."
+    return _DIRECTIVE_LINE.sub("", source).rstrip()
+
+
+def clean_outputs(outputs: list) -> list:
+    "Outputs without ipywidgets views, with ANSI escapes removed from streams and tracebacks."
+    kept = []
+    for out in outputs:
+        if WIDGET_MIME in out.get("data", {}):
+            continue
+        if out.output_type == "stream":
+            out.text = _ANSI.sub("", out.text)
+        elif out.output_type == "error":
+            out.traceback = [_ANSI.sub("", line) for line in out.traceback]
+        elif "text/markdown" in out.get("data", {}):
+            out.data["text/markdown"] = clean_markdown_output(out.data["text/markdown"])
+        kept.append(out)
+    return kept
+
+
+# ------------------------------------------------------------------------------------ Quarto markup
+
+def clean_quarto(md: str) -> str:
+    """Markdown with Quarto/Pandoc-only markup translated to MyST or removed.
+
+    `## Title {#id .class}` -> `(id)=` label + `## Title`; `[text](url){target=...}` -> `[text](url)`;
+    `::: {.callout-note title="T"}` -> a MyST admonition; any other `:::` div fence is dropped (its content kept)."""
+    md = _HEADING_ATTRS.sub(_heading_without_attrs, md)
+    md = _LINK_ATTRS.sub(r"\1", md)
+    out, stack = [], []  # stack: for each open div, whether its closing fence is kept
+    for line in md.split("\n"):
+        m = _DIV_FENCE.match(line)
+        if not m:
+            out.append(line)
+        elif m.group(2) and re.fullmatch(r"\{\w[\w-]*\}", m.group(2)):  # MyST's own `:::{note}`: keep it
+            stack.append(True)
+            out.append(line)
+        elif m.group(2):  # a Quarto div `::: {.class}` or `::: class`
+            callout = _CALLOUT.search(m.group(2))
+            stack.append(bool(callout))
+            if callout:
+                title = _CALLOUT_TITLE.search(m.group(2))
+                out += ([f"{m.group(1)}{{admonition}} {title.group(1)}", f":class: {callout.group(1)}"] if title
+                        else [f"{m.group(1)}{{{callout.group(1)}}}"])
+        elif stack and stack.pop():  # the closing fence of a callout
+            out.append(m.group(1))
+    return "\n".join(out)
+
+
+def _heading_without_attrs(m: re.Match) -> str:
+    ident = re.search(r"#([\w:-]+)", m.group(2))
+    return f"({ident.group(1)})=\n{m.group(1)}" if ident else m.group(1)
+
+
+def clean_markdown_output(md: str) -> str:
+    "A `text/markdown` output made renderable: `show_doc` output becomes an API box, other markdown is cleaned."
+    return api_box(md) if md.lstrip().startswith("---") else clean_quarto(md)
+
+
+# ---------------------------------------------------------------------------------------- API docs
+
+def api_box(showdoc_md: str) -> str:
+    "nbdev `show_doc` markdown as a MyST admonition of class `api` titled with the object's name."
+    body = showdoc_md.strip().removeprefix("---").strip().replace("#LNone", "")  # no line number known
+    heading = re.search(r"^#{1,6}[ \t]+(.+?)[ \t]*$", body, re.M)
+    name = heading.group(1) if heading else "API"
+    if heading:
+        body = body[:heading.start()] + body[heading.end():]
+    body = _SOURCE_LINK.sub(r"{.api-source}\n\1", clean_quarto(body).strip())  # styled: floats right
+    longest = max((len(run) for run in re.findall(r"~+", body)), default=0)
+    fence = "~" * max(3, longest + 1)  # a tilde fence: its title may hold backticks, and ``` code blocks nest inside
+    return f"{fence}{{admonition}} `{name}`\n:class: api\n\n{body}\n{fence}"
+
+
+def public_names(source: str) -> list[str]:
+    "Names of the public functions and classes defined at the top level of `source` (`Class.method` for `@patch`)."
+    try:
+        tree = ast.parse(strip_directives(source))
+    except SyntaxError:
+        return []
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            nm = showdoc_nm(node)
+            names += nm if isinstance(nm, list) else [nm]
+    return names
+
+
+def api_docs(source: str, module: str | None, lib: str = LIB, skip: set[str] = frozenset()) -> str | None:
+    "Markdown with an API box for each public object defined in the exported cell `source`, or None if there is none."
+    names = [n for n in public_names(source) if n not in skip]
+    if not names:
+        return None
+    if module is None:
+        warnings.warn(f"an exported cell defines {names} but the notebook has no `#| default_exp`")
+        return None
+    try:
+        mod = importlib.import_module(f"{lib}.{module}")
+    except ImportError as e:
+        warnings.warn(f"cannot import {lib}.{module} for its API docs (run nbdev-export first): {e}")
+        return None
+    boxes = []
+    for name in names:
+        obj = mod
+        try:
+            for part in name.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            warnings.warn(f"{lib}.{module} has no {name}; is the exported module up to date (nbdev-export)?")
+            continue
+        md = show_doc(obj, name=name)._repr_markdown_()
+        if inspect.isclass(obj):  # nbdev renders a class's signature as `def Name(...)`
+            md = md.replace(f"def {name.rsplit('.', 1)[-1]}(", f"class {name.rsplit('.', 1)[-1]}(", 1)
+        boxes.append(api_box(md))
+    return "\n\n".join(boxes) or None
+
+
+# ---------------------------------------------------------------------------------------- exercises
+
+def _directive_block(name: str, argument: str = "", **options: str) -> str:
+    "A MyST directive without content; fenced with tildes, since a title may contain backticks."
+    opts = "".join(f":{k}:{' ' + v if v else ''}\n" for k, v in options.items())
+    return f"~~~{{{name}}}{' ' + argument if argument else ''}\n{opts}~~~"
+
+
+def split_at_headings(cells: list) -> list:
+    "Markdown cells split so that each heading starts a cell (found by markdown-it, so code blocks are skipped)."
+    parser, out = MarkdownIt("commonmark"), []
+    for cell in cells:
+        if cell.cell_type != "markdown":
+            out.append(cell)
+            continue
+        lines = cell.source.splitlines(keepends=True)
+        starts = [t.map[0] for t in parser.parse(cell.source) if t.type == "heading_open" and t.map[0] > 0]
+        if not starts:
+            out.append(cell)
+            continue
+        bounds = [0, *starts, len(lines)]
+        cell.source = "".join(lines[:starts[0]]).rstrip()
+        out += [cell] + [_markdown_cell("".join(lines[a:b]).rstrip()) for a, b in zip(bounds[1:], bounds[2:])]
+    return out
+
+
+def gate_exercises(cells: list) -> list:
+    """Wrap exercises/questions and their solutions/answers in sphinx-exercise gated directives.
+
+    `### Exercise N.M — Title` opens `exercise-start` (label `ex-N-M`; questions get `q-N-M`), closed right before
+    `#### Solution`/`#### Answer` (or the next `##`/`###` heading), which opens `solution-start` (a dropdown)
+    closed before the next `##`/`###` heading or at the end of the notebook. Expects `split_at_headings` cells."""
+    out, open_box, label = [], None, None
+
+    def close():
+        nonlocal open_box
+        out.append(_markdown_cell(_directive_block(f"{open_box}-end")))
+        open_box = None
+
+    for cell in cells:
+        if cell.cell_type == "markdown":
+            start, solution = _BOX_START.match(cell.source), _SOLUTION_START.match(cell.source)
+            if open_box == "exercise" and (solution or _SECTION_HEADING.search(cell.source)):
+                close()
+            elif open_box == "solution" and _SECTION_HEADING.search(cell.source):
+                close()
+            if start:
+                kind, n, m, title = start.groups()
+                label = f"{_LABEL_PREFIX[kind]}-{n}-{m}"
+                head = f"{kind} {n}.{m}" + (f" — {title}" if title else "")
+                cell.source = _directive_block("exercise-start", head, label=label, nonumber="") \
+                    + cell.source[start.end():]
+                open_box = "exercise"
+            elif solution and label and open_box is None:
+                own_label = _LABEL_PREFIX[solution.group(1)] + label[label.index("-"):]  # ex-1-2 -> sol-1-2
+                cell.source = _directive_block("solution-start", label, label=own_label, **{"class": "dropdown"}) \
+                    + cell.source[solution.end():]
+                open_box, label = "solution", None
+        out.append(cell)
+    if open_box:
+        close()
+    return out
+
+
+def box_labels(nb) -> list[str]:
+    "The labels of the exercise and solution boxes in a translated notebook (they must be unique in the book)."
+    return [label for c in nb.cells if c.cell_type == "markdown"
+            for label in re.findall(r"^~~~\{(?:exercise|solution)-start\}.*\n:label: (\S+)$", c.source, re.M)]
+
+
+# ------------------------------------------------------------------------------------------ notebook
+
+def title_cell(cell) -> None:
+    "Turn the first cell's `> summary` (under `# Title`) into a lead paragraph (class `lead`)."
+    if cell.cell_type == "markdown" and re.match(r"\s*#[ \t]", cell.source):
+        cell.source = _SUMMARY.sub(lambda m: "\n{.lead}\n" + re.sub(r"^>[ \t]?", "", m.group(0), flags=re.M),
+                                   cell.source, count=1)
+
+
+def translate(nb, lib: str = LIB):
+    "A copy of notebook `nb` (nbformat v4) rewritten for myst-nb; see the module docstring."
+    nb = nbformat.from_dict(nb)
+    module = next((d["default_exp"] for c in nb.cells if "default_exp" in (d := directives(c))), None)
+    shown = {name for c in nb.cells if c.cell_type == "code" for name in _SHOW_DOC_CALL.findall(c.source)}
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type == "raw":  # nbdev/Quarto front matter or raw output: nothing for the reader
+            continue
+        if cell.cell_type == "markdown":
+            cell.source = clean_quarto(cell.source)
+            cell.metadata = {}
+            cells.append(cell)
+            continue
+        d = directives(cell)
+        if "hide" in d or "default_exp" in d or d.get("include") == "false":
+            continue
+        tags = [t for t in cell.metadata.get("tags", []) if t.startswith(("remove", "hide"))]
+        tags += ["remove-input"] if d.get("echo") == "false" else []
+        tags += ["remove-output"] if d.get("output") == "false" else []
+        cell.metadata = {"tags": tags} if tags else {}
+        doc = api_docs(cell.source, module, lib, skip=shown) if EXPORT_DIRECTIVES & d.keys() else None
+        cell.source = strip_directives(cell.source)
+        cell.outputs = clean_outputs(cell.outputs)
+        if cell.source or cell.outputs:
+            cells.append(cell)
+        if doc:
+            cells.append(_markdown_cell(doc))
+    first_md = next((c for c in cells if c.cell_type == "markdown"), None)
+    if first_md:
+        title_cell(first_md)
+    nb.cells = gate_exercises(split_at_headings(cells))
+    for i, cell in enumerate(nb.cells):  # nbformat 4.5 requires ids on every cell; deterministic for new ones
+        cell.setdefault("id", f"nb2myst-{i}")
+    nb.nbformat_minor = max(nb.nbformat_minor, 5)
+    nb.metadata = {k: v for k, v in nb.metadata.items() if k in ("kernelspec", "language_info")}
+    nb.metadata.setdefault("language_info", {"name": "python", "pygments_lexer": "ipython3"})  # unexecuted notebooks
+    return nb
+
+
+def write_notebook(nb, path: Path | str) -> bool:
+    "Write `nb` to `path` unless the file already holds it (so Sphinx rebuilds only changed pages). True if written."
+    text, path = nbformat.writes(nb), Path(path)
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return True
+
+
+def translate_file(src: Path | str, dst: Path | str, lib: str = LIB) -> bool:
+    "Translate notebook `src` into `dst` (rewritten only if its content changes). True if written."
+    return write_notebook(translate(nbformat.read(src, as_version=4), lib), dst)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("src", type=Path, help="executed nbdev notebook")
+    ap.add_argument("dst", type=Path, help="notebook to write for myst-nb")
+    ap.add_argument("--lib", default=LIB, help="package that `#| default_exp` modules belong to")
+    args = ap.parse_args(argv)
+    translate_file(args.src, args.dst, args.lib)
+
+
+if __name__ == "__main__":
+    main()
