@@ -1,0 +1,346 @@
+"""Decoding filters against Hugging Face's logits warpers, the sampler's statistics, and `generate`: KV cache vs
+recomputation (also past the context window), batches of different lengths vs one prompt at a time, EOS, seeds and
+bad input; the KV cache's memory formula; scoring continuations and perplexity."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from transformerbook.lm_head import GPT, GPTConfig
+from transformerbook.multihead import KVCache
+from transformerbook.sampling import (apply_temperature, generate, kv_cache_bytes, perplexity, repeated_ngram_fraction,
+                                      sample_from_logits, score_continuations, top_k_filter, top_p_filter, warp_logits)
+from transformerbook.tokenization import CharTokenizer
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    "Tiny models run faster on one thread, especially on a busy shared machine."
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def random_logits(seed: int) -> tuple[torch.Tensor, float, int, float]:
+    "Seeded logits of a random shape and scale (every other seed rounded, so ties occur) and random τ, k, p."
+    g = torch.Generator().manual_seed(seed)
+    shape = [int(torch.randint(1, 4, (1,), generator=g)) for _ in range(int(torch.randint(0, 3, (1,), generator=g)))]
+    V = int(torch.randint(1, 400, (1,), generator=g))
+    logits = 5 * float(torch.rand(1, generator=g)) * torch.randn(*shape, V, generator=g)
+    if seed % 2: logits = logits.round()
+    tau = 0.05 + 3 * float(torch.rand(1, generator=g))
+    k = int(torch.randint(1, V + 5, (1,), generator=g))
+    p = float(torch.rand(1, generator=g)) if seed % 5 else float([1.0, 1e-6, 0.5, 0.999, 0.9][seed // 5 % 5])
+    return logits, tau, k, p
+
+
+def hf(warper, logits):
+    "Apply a Hugging Face warper, which expects (B, V) scores, to logits of any leading shape."
+    return warper(None, logits.reshape(-1, logits.shape[-1])).reshape(logits.shape)
+
+
+# ---------------------------------------------------------------- filters vs Hugging Face
+
+@pytest.mark.parametrize("seed", range(0, 400, 8))
+def test_filters_keep_the_same_tokens_as_hugging_face(seed):
+    for s in range(seed, seed + 8):
+        logits, tau, k, p = random_logits(s)
+        torch.testing.assert_close(apply_temperature(logits, tau), hf(TemperatureLogitsWarper(tau), logits))
+        assert torch.equal(top_k_filter(logits, k).isinf(), hf(TopKLogitsWarper(k), logits).isinf()), (s, k)
+        assert torch.equal(top_p_filter(logits, p).isinf(), hf(TopPLogitsWarper(p), logits).isinf()), (s, p)
+        ref = hf(TopPLogitsWarper(p), hf(TopKLogitsWarper(k), hf(TemperatureLogitsWarper(tau), logits)))
+        ours = warp_logits(logits, tau, k, p)
+        assert torch.equal(ours.isinf(), ref.isinf()), s
+        torch.testing.assert_close(ours[ours.isfinite()], ref[ref.isfinite()])
+
+
+@given(st.lists(st.floats(-20, 20, allow_nan=False), min_size=1, max_size=30), st.floats(1e-6, 1.0),
+       st.integers(1, 40))
+@settings(max_examples=200, deadline=None)
+def test_filters_properties(values, p, k):
+    logits = torch.tensor(values)
+    kept_p = top_p_filter(logits, p).isfinite()
+    kept_k = top_k_filter(logits, k).isfinite()
+    assert logits[kept_p].max() == logits.max() and kept_k[logits.argmax()]  # a most probable token always survives
+    assert kept_k.sum() >= min(k, len(values))  # at least k (more only at ties)
+    assert torch.equal(kept_p, hf(TopPLogitsWarper(p), logits[None])[0].isfinite())
+    probs = torch.softmax(logits.double(), -1)
+    assert probs[kept_p].sum() >= p - 1e-6  # the nucleus reaches p (J&M eq. 10.47) ...
+    if kept_p.sum() > 1:  # ... and is the smallest such set: without its least probable token it falls below p
+        assert probs[kept_p].sum() - probs[kept_p].min() < p + 1e-6
+
+
+def test_filters_leave_kept_logits_and_input_unchanged():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    copy = logits.clone()
+    for out in (top_k_filter(logits, 7), top_p_filter(logits, 0.6)):
+        assert torch.equal(out[out.isfinite()], logits[out.isfinite()])
+    assert torch.equal(logits, copy)
+
+
+@pytest.mark.parametrize("call,msg", [
+    (lambda x: apply_temperature(x, 0), "temperature=0"), (lambda x: apply_temperature(x, -2.0), "temperature=-2.0"),
+    (lambda x: apply_temperature(x, float("nan")), "temperature=nan"), (lambda x: top_k_filter(x, 0), "top_k=0"),
+    (lambda x: top_k_filter(x, 2.5), "top_k=2.5"), (lambda x: top_p_filter(x, 0.0), "top_p=0.0"),
+    (lambda x: top_p_filter(x, 1.01), "top_p=1.01"), (lambda x: top_p_filter(x, -0.1), "top_p=-0.1")])
+def test_filter_errors_name_the_value(call, msg):
+    with pytest.raises(ValueError, match=msg.replace(".", r"\.")):
+        call(torch.randn(4))
+
+
+# ---------------------------------------------------------------- the sampler
+
+def assert_frequencies_match(draws: torch.Tensor, probs: torch.Tensor, n_std: float = 5.0):
+    "Every empirical frequency within n_std binomial standard deviations of its probability."
+    N = draws.numel()
+    freq = torch.bincount(draws, minlength=probs.numel()).double() / N
+    bound = n_std * (probs * (1 - probs) / N).sqrt() + 1e-12
+    assert ((freq - probs).abs() <= bound).all(), (freq, probs)
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, None, None), (0.5, None, None), (2.0, None, None),
+                                                     (1.0, 4, None), (1.0, None, 0.7), (0.8, 6, 0.9)])
+def test_sampler_frequencies_match_the_warped_distribution(temperature, top_k, top_p):
+    logits = 2 * torch.randn(10, generator=torch.Generator().manual_seed(42))
+    warped = warp_logits(logits, temperature, top_k, top_p)
+    probs = torch.softmax(warped.double(), -1)
+    draws = sample_from_logits(warped.expand(40_000, -1), torch.Generator().manual_seed(7))
+    assert_frequencies_match(draws, probs)
+    assert probs[draws].min() > 0  # never a removed token
+
+
+def test_sampler_chi_square():
+    "Pearson's chi-square over 8 categories stays below the 0.999 quantile of chi2(7) = 24.32."
+    probs = torch.tensor([0.3, 0.2, 0.15, 0.1, 0.1, 0.08, 0.05, 0.02], dtype=torch.float64)
+    N = 20_000
+    draws = sample_from_logits(probs.log().expand(N, -1), torch.Generator().manual_seed(3))
+    counts = torch.bincount(draws, minlength=8).double()
+    chi2 = ((counts - N * probs) ** 2 / (N * probs)).sum()
+    assert chi2 < 24.32, chi2
+
+
+def test_sampler_per_row_generators_and_errors():
+    logits = torch.randn(3, 20, generator=torch.Generator().manual_seed(0))
+    gens = lambda: [torch.Generator().manual_seed(s) for s in (5, 6, 7)]
+    batch = sample_from_logits(logits, gens())
+    for b in range(3):
+        assert batch[b] == sample_from_logits(logits[b:b + 1], gens()[b])[0]
+    with pytest.raises(ValueError, match="got 2 generators for a batch of B=3"):
+        sample_from_logits(logits, gens()[:2])
+    with pytest.raises(ValueError, match=r"shape \(B, V\)"):
+        sample_from_logits(logits[0])
+
+
+# ---------------------------------------------------------------- generate
+
+def tiny_gpt(seed=0, dtype=torch.float64, **overrides) -> GPT:
+    "A small random GPT in float64 (so that near-tied logits cannot flip between equivalent computations)."
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=40, context_length=12, d_model=32, n_heads=4, n_layers=2)
+    return GPT(GPTConfig(**{**cfg, **overrides})).to(dtype).eval()
+
+
+@given(seed=st.integers(0, 10_000), context=st.integers(2, 12), n_layers=st.integers(1, 3),
+       prompt_len=st.integers(1, 14), new=st.integers(0, 25), norm=st.sampled_from(["pre", "post"]),
+       positional=st.sampled_from(["learned", "sinusoidal"]))
+@settings(max_examples=40, deadline=None)
+def test_greedy_with_and_without_cache_identical(seed, context, n_layers, prompt_len, new, norm, positional):
+    model = tiny_gpt(seed, context_length=context, n_layers=n_layers, norm=norm, positional=positional)
+    prompt = torch.randint(0, 40, (2, prompt_len), generator=torch.Generator().manual_seed(seed))
+    cached = generate(model, prompt, new, temperature=0, use_kv_cache=True)
+    assert cached.shape == (2, prompt_len + new) and cached.dtype == torch.int64
+    assert torch.equal(cached, generate(model, prompt, new, temperature=0, use_kv_cache=False))
+
+
+def test_generation_past_the_context_equals_cropping_by_hand():
+    "Each new token is the argmax given the last context_length tokens (the definition, computed naively)."
+    model = tiny_gpt(1, context_length=6)
+    out = generate(model, [3, 1, 4], 15, temperature=0)
+    seq = [3, 1, 4]
+    with torch.no_grad():
+        for _ in range(15):
+            seq.append(int(model(torch.tensor([seq[-6:]]))[0, -1].argmax()))
+    assert out[0].tolist() == seq
+
+
+@pytest.mark.parametrize("use_kv_cache", [True, False])
+@pytest.mark.parametrize("seed", range(4))
+def test_batch_of_different_lengths_equals_each_prompt_alone(seed, use_kv_cache):
+    model = tiny_gpt(seed, context_length=10)
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, 40, (int(n),), generator=g).tolist() for n in torch.randint(1, 13, (4,), generator=g)]
+    kw = dict(temperature=0.9, top_k=15, top_p=0.95, use_kv_cache=use_kv_cache)
+    gens = lambda: [torch.Generator().manual_seed(1000 * seed + b) for b in range(4)]
+    greedy = generate(model, prompts, 14, temperature=0, use_kv_cache=use_kv_cache)
+    sampled = generate(model, prompts, 14, generator=gens(), **kw)
+    P = max(map(len, prompts))
+    assert greedy.shape == sampled.shape == (4, P + 14)
+    for b, prompt in enumerate(prompts):
+        alone = generate(model, prompt, 14, temperature=0, use_kv_cache=use_kv_cache)[0]
+        assert torch.equal(greedy[b, P - len(prompt):], alone)
+        assert torch.equal(sampled[b, P - len(prompt):], generate(model, prompt, 14, generator=gens()[b], **kw)[0])
+        assert (greedy[b, :P - len(prompt)] == 0).all()  # left padding holds pad_token_id (default 0)
+
+
+def test_padded_tensor_with_lengths_equals_list_of_prompts():
+    model = tiny_gpt(2)
+    prompts = [[5, 6, 7, 8], [9, 10], [11]]
+    padded = torch.tensor([[5, 6, 7, 8], [39, 39, 9, 10], [39, 39, 39, 11]])  # left-padded with junk
+    a = generate(model, prompts, 8, temperature=0)
+    b = generate(model, padded, 8, temperature=0, lengths=[4, 2, 1])
+    assert torch.equal(a, b)
+    wide = torch.cat([torch.full((3, 2), 7), padded], 1)  # extra all-pad columns on the left are trimmed
+    assert torch.equal(generate(model, wide, 8, temperature=0, lengths=torch.tensor([4, 2, 1])), a)
+
+
+def test_seeded_sampling_is_reproducible_and_seed_dependent():
+    model = tiny_gpt(3)
+    run = lambda s: generate(model, [[1, 2, 3], [4]], 20, generator=torch.Generator().manual_seed(s))
+    assert torch.equal(run(0), run(0))
+    assert not torch.equal(run(0), run(1))
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy():
+    model = tiny_gpt(4)
+    greedy = generate(model, [1, 2, 3], 20, temperature=0)
+    assert torch.equal(generate(model, [1, 2, 3], 20, top_k=1), greedy)
+    assert torch.equal(generate(model, [1, 2, 3], 20, top_p=1e-9), greedy)
+    assert torch.equal(generate(model, [1, 2, 3], 20, temperature=1e-4), greedy)  # τ → 0
+
+
+def test_eos_stops_rows_and_pads_finished_ones():
+    model = tiny_gpt(5)
+    prompts = [[1, 2, 3], [4, 5], [6]]
+    free = generate(model, prompts, 15, temperature=0)
+    eos = int(free[0, 3 + 2])  # the 3rd new token of row 0
+    out = generate(model, prompts, 15, temperature=0, eos_token_id=eos, pad_token_id=0)
+    for b in range(3):
+        new = out[b, 3:].tolist()
+        ref = free[b, 3:3 + len(new)].tolist()
+        stop = ref.index(eos) if eos in ref else len(new) - 1
+        assert new[:stop + 1] == ref[:stop + 1]  # identical up to and including EOS
+        assert all(t == 0 for t in new[stop + 1:])  # then padding
+    assert out.shape[1] == 3 + 15 or (out[:, 3:] == eos).any(-1).all()  # stops early only when every row ended
+    alone = generate(model, prompts[0], 15, temperature=0, eos_token_id=eos)
+    first = free[0, 3:].tolist().index(eos)
+    assert alone.shape == (1, 3 + first + 1) and alone[0, -1] == eos  # a single row stops right after its EOS
+
+
+def test_generate_edge_cases():
+    model = tiny_gpt(6).train()
+    assert torch.equal(generate(model, [1, 2], 0), torch.tensor([[1, 2]]))
+    generate(model, [1, 2], 2)
+    assert model.training  # restored
+    assert generate(model, torch.tensor([1, 2, 3], dtype=torch.int32), 2).dtype == torch.int64
+
+
+@pytest.mark.parametrize("kwargs,msg", [
+    (dict(max_new_tokens=-1), "max_new_tokens=-1"), (dict(max_new_tokens=2.0), "max_new_tokens=2.0"),
+    (dict(temperature=-0.1), "temperature=-0.1"), (dict(top_k=0), "top_k=0"), (dict(top_p=0.0), "top_p=0.0"),
+    (dict(top_p=2), "top_p=2"), (dict(token_ids=[]), "empty prompt"), (dict(token_ids=[[1], []]), r"rows \[1\]"),
+    (dict(token_ids=[1, 40, 99]), r"token ids \[40, 99\] are outside \[0, vocab_size=40\)"),
+    (dict(token_ids=[-3]), r"token ids \[-3\]"), (dict(eos_token_id=40), "eos_token_id=40"),
+    (dict(token_ids=torch.tensor([[1, 2]]), lengths=[3]), "every length must be in"),
+    (dict(token_ids=torch.tensor([[1, 2]]), lengths=[0]), "empty prompt"),
+    (dict(generator=[torch.Generator()] * 2), "got 2 generators for a batch of B=1")])
+def test_generate_errors_name_the_values(kwargs, msg):
+    args = dict(token_ids=[1, 2], max_new_tokens=3)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=msg):
+        generate(tiny_gpt(0), **args)
+
+
+def test_generate_rejects_float_token_ids():
+    with pytest.raises(TypeError, match="integer tensor"):
+        generate(tiny_gpt(0), torch.tensor([[1.0, 2.0]]), 3)
+
+
+# ---------------------------------------------------------------- KV cache memory
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("n_layers,d_model,B,T", [(1, 8, 1, 1), (2, 32, 3, 11), (3, 48, 2, 20)])
+def test_kv_cache_bytes_matches_the_tensors_held(dtype, n_layers, d_model, B, T):
+    model = tiny_gpt(0, dtype=dtype, n_layers=n_layers, d_model=d_model, context_length=32)
+    cache = KVCache(n_layers)
+    with torch.no_grad():
+        model(torch.randint(0, 40, (B, T - 1)) if T > 1 else torch.randint(0, 40, (B, 1)), kv_cache=cache)
+        if T > 1: model(torch.randint(0, 40, (B, 1)), kv_cache=cache)  # one more decoding step
+    assert len(cache) == T
+    assert cache.n_bytes == kv_cache_bytes(model.config, T, B, dtype)
+    assert cache.n_bytes == 2 * n_layers * B * T * d_model * torch.empty((), dtype=dtype).element_size()
+
+
+def test_kv_cache_bytes_gpt2_small_and_errors():
+    assert kv_cache_bytes(GPTConfig.gpt2_small(), 1024) == 2 * 12 * 1024 * 768 * 4 == 75_497_472
+    assert kv_cache_bytes(GPTConfig.gpt2_small(), 1024, 8, torch.float16) == 8 * 75_497_472 // 2
+    with pytest.raises(ValueError, match="n_tokens=-1"):
+        kv_cache_bytes(GPTConfig.gpt2_small(), -1)
+
+
+# ---------------------------------------------------------------- scoring and text statistics
+
+@pytest.fixture
+def char_lm():
+    tok = CharTokenizer.train("abcdefgh ")
+    return tiny_gpt(7, dtype=torch.float32, vocab_size=tok.vocab_size, context_length=8), tok
+
+
+def test_score_continuations_is_the_chain_rule(char_lm):
+    model, tok = char_lm
+    scores = score_continuations(model, tok, "ab ", ["c", "cd", "hgf", "a"])
+    assert scores.shape == (4,)
+    with torch.no_grad():
+        def lp(text, nxt):
+            return torch.log_softmax(model(torch.tensor([tok.encode(text)[-8:]]))[0, -1], -1)[tok.encode(nxt)[0]]
+        for score, c in zip(scores, ["c", "cd", "hgf", "a"]):
+            want = sum(lp("ab " + c[:j], c[j]) for j in range(len(c)))
+            torch.testing.assert_close(score, want, atol=1e-5, rtol=1e-5)
+    all_chars = score_continuations(model, tok, "ab ", list(tok.chars)).exp().sum()
+    torch.testing.assert_close(all_chars, torch.tensor(1.0), atol=1e-5, rtol=0)
+    long = score_continuations(model, tok, "abcdefgh" * 3, ["ab"])  # the prompt is cropped to fit the context
+    torch.testing.assert_close(long, score_continuations(model, tok, "cdefgh", ["ab"]))
+
+
+def test_score_continuations_errors(char_lm):
+    model, tok = char_lm
+    with pytest.raises(ValueError, match="prompt=''"):
+        score_continuations(model, tok, "", ["a"])
+    with pytest.raises(ValueError, match="continuation ''"):
+        score_continuations(model, tok, "a", [""])
+    with pytest.raises(ValueError, match="continuation 'abcdefgh' has 8 tokens"):
+        score_continuations(model, tok, "a", ["abcdefgh"])
+    with pytest.raises(TypeError, match="single string"):
+        score_continuations(model, tok, "a", "b")
+
+
+def test_perplexity_matches_cross_entropy_and_strided_windows():
+    model = tiny_gpt(8, context_length=8)
+    ids = torch.randint(0, 40, (30,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ce = torch.nn.functional.cross_entropy(model(ids[None, 2:8])[0, :-1], ids[3:8])
+    assert math.isclose(perplexity(model, ids[2:8]), ce.exp().item(), rel_tol=1e-9)
+    # long text: windows of 8 advancing by 4; token t is scored with the window ending at its chunk's end
+    nll = []
+    with torch.no_grad():
+        for t in range(1, 30):
+            end = 8 if t < 8 else min(30, 8 + 4 * ((t - 8) // 4 + 1))
+            start = max(0, end - 8)
+            nll.append(-torch.log_softmax(model(ids[None, start:end])[0, t - start - 1], -1)[ids[t]])
+    assert math.isclose(perplexity(model, ids, 5), math.exp(torch.stack(nll[4:]).mean().item()), rel_tol=1e-9)
+    with pytest.raises(ValueError, match="prompt_length=0"):
+        perplexity(model, ids, 0)
+
+
+def test_repeated_ngram_fraction():
+    assert repeated_ngram_fraction("abab", 2) == pytest.approx(1 / 3)
+    assert repeated_ngram_fraction([1] * 10, 1) == pytest.approx(0.9)
+    assert repeated_ngram_fraction(list(range(10)), 3) == 0.0
+    assert repeated_ngram_fraction("the cat the cat the cat".split(), 2) == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="n=0"):
+        repeated_ngram_fraction("abc", 0)
