@@ -7,8 +7,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 NB ?= nbs
-# Number of notebooks executed at once (the CI machine has 2 cores).
+# Number of notebooks executed at once (the CI machine has 2 cores). Each notebook's torch then uses one thread:
+# two processes with two threads each on two cores run small models many times slower than one thread each.
 WORKERS ?= 2
+NB_THREADS ?= 1
 
 .PHONY: book test env export outputs site serve bench browser clean
 
@@ -25,7 +27,7 @@ export: env
 	$(PY) tools/make_readme.py
 
 book: export
-	$(PY) tools/build_site.py --execute --workers $(WORKERS)
+	OMP_NUM_THREADS=$(NB_THREADS) $(PY) tools/build_site.py --execute --workers $(WORKERS)
 	@echo ""
 	@echo "The book is in _site/. Open _site/index.html in a browser, or serve it with: make serve"
 
@@ -36,12 +38,12 @@ serve:
 	$(PY) -m http.server --directory _site --bind 127.0.0.1 8000
 
 test: env browser
-	$(VENV)/bin/nbdev-test --n-workers $(WORKERS) --timing
+	OMP_NUM_THREADS=$(NB_THREADS) $(VENV)/bin/nbdev-test --n-workers $(WORKERS) --timing
 	$(PY) -m pytest -q
 
 # Developers: re-execute notebooks in place so their saved outputs (plots) are current, then clean and export.
 outputs: env
-	$(PY) tools/execute_nbs.py --inplace --workers $(WORKERS) $(NB)
+	OMP_NUM_THREADS=$(NB_THREADS) $(PY) tools/execute_nbs.py --inplace --workers $(WORKERS) $(NB)
 	$(VENV)/bin/nbdev-clean --fname $(NB)
 	$(VENV)/bin/nbdev-export
 	$(PY) tools/make_readme.py
