@@ -1,0 +1,153 @@
+"Tests for the `transformerbook` command line: train, resume, sample, and one-line errors for bad input."
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformerbook.cli import build_parser, main
+from transformerbook.training import load_checkpoint
+
+TINY = ["--n-layers", "1", "--d-model", "32", "--n-heads", "2", "--context-length", "16", "--eval-interval", "5",
+        "--eval-iters", "2", "--batch-size", "4", "--warmup-iters", "2", "--no-progress"]
+POEM = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n" * 20
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main([str(a) for a in argv])
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    p = tmp_path/"poem.txt"
+    p.write_text(POEM)
+    return p
+
+
+@pytest.fixture
+def trained(tmp_path, corpus):
+    status, out, err = run("train", "--data", corpus, "--out", tmp_path/"run", "--max-iters", 10, *TINY)
+    assert status == 0, err
+    return tmp_path/"run"
+
+
+def test_help_documents_every_option(capsys):
+    assert main(["--help"]) == 0
+    assert main(["train", "--help"]) == 0
+    assert main(["sample", "--help"]) == 0
+    text = capsys.readouterr().out
+    for option in ("--data", "--tokenizer", "--out", "--resume", "--max-iters", "--n-layers", "--n-heads", "--d-model",
+                   "--context-length", "--batch-size", "--learning-rate", "--dropout", "--seed", "--eval-interval",
+                   "--checkpoint", "--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p"):
+        assert option in text, option
+    for action in build_parser()._subparsers._group_actions[0].choices["train"]._actions:
+        assert action.help, action.option_strings
+
+
+def test_train_writes_checkpoint_and_reports(trained):
+    ckpt = load_checkpoint(trained)
+    assert ckpt["step"] == 10 and ckpt["model_config"]["d_model"] == 32 and ckpt["tokenizer"]["kind"] == "char"
+    assert ckpt["model_config"]["fused_attention"] is True
+
+
+def test_resume_matches_uninterrupted(tmp_path, corpus, trained):
+    status, _, err = run("train", "--data", corpus, "--out", trained, "--resume", "--max-iters", 20, "--no-progress")
+    assert status == 0, err
+    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"full", "--max-iters", 20, *TINY,
+                         "--lr-decay-iters", 20)
+    assert status == 0, err
+    # the first run's schedule decayed over 10 steps (lr_decay_iters = max_iters = 10): set it explicitly to compare
+    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"a", "--max-iters", 10, *TINY, "--lr-decay-iters", 20)
+    assert status == 0, err
+    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"a", "--resume", "--max-iters", 20, "--no-progress")
+    assert status == 0, err
+    resumed, full = load_checkpoint(tmp_path/"a"), load_checkpoint(tmp_path/"full")
+    assert resumed["history"]["iter_loss"] == full["history"]["iter_loss"] and len(full["history"]["iter_loss"]) == 20
+
+
+def test_sample_is_reproducible(trained):
+    args = ["sample", "--checkpoint", trained, "--prompt", "Shall", "--max-new-tokens", 30]
+    a, b = run(*args, "--seed", 1), run(*args, "--seed", 1)
+    assert a[0] == 0 and a == b and a[1].startswith("Shall") and len(a[1]) == len("Shall") + 30 + 1
+    assert run(*args, "--temperature", 0.8, "--top-k", 5, "--top-p", 0.9, "--seed", 2)[0] == 0
+    assert run(*args, "--temperature", 0)[1] == run(*args, "--temperature", 0, "--seed", 9)[1]  # greedy ignores the seed
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--data", "wikitext"], "unknown data set 'wikitext'"),
+    (["train", "--batch-size", "0"], "batch_size=0 must be an int >= 1"),
+    (["train", "--learning-rate", "0"], "learning_rate=0.0 must be > 0"),
+    (["train", "--learning-rate=-1e-3"], "learning_rate=-0.001 must be > 0"),
+    (["train", "--tokenizer", "word"], "invalid choice: 'word'"),
+    (["train", "--max-iters", "ten"], "invalid int value: 'ten'"),
+    (["train", "--resume"], "no checkpoint at"),
+    (["sample", "--checkpoint", "nowhere"], "no checkpoint at"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_bad_input_is_one_line_error(tmp_path, argv, message):
+    if "--out" not in argv and argv[0] == "train": argv = [*argv, "--out", str(tmp_path/"out")]
+    status, out, err = run(*argv)
+    assert status == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+def test_corpus_errors(tmp_path):
+    empty = tmp_path/"empty.txt"
+    empty.write_text("")
+    status, _, err = run("train", "--data", empty, "--out", tmp_path/"o", *TINY)
+    assert status == 2 and "is empty" in err
+    short = tmp_path/"short.txt"
+    short.write_text("too short for a 16-token context")
+    status, _, err = run("train", "--data", short, "--out", tmp_path/"o", *TINY)
+    assert status == 2 and "needs more than context_length=16" in err and err.count("\n") == 1
+
+
+def test_missing_data_offline(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRANSFORMERBOOK_DATA", raising=False)
+    monkeypatch.setenv("TRANSFORMERBOOK_CACHE", str(tmp_path/"cache"))
+    import transformerbook.data as data
+    def offline(*a, **k): raise ConnectionError("no network")
+    monkeypatch.setattr(data.pooch, "retrieve", offline)
+    status, _, err = run("train", "--out", tmp_path/"o", *TINY)
+    assert status == 2 and err.startswith("error: could not download tinyshakespeare.txt") and err.count("\n") == 1
+
+
+def test_bad_checkpoints(tmp_path, corpus, trained):
+    (tmp_path/"bad").mkdir()
+    (tmp_path/"bad"/"ckpt.pt").write_bytes(b"\x00garbage")
+    for argv in (["sample", "--checkpoint", tmp_path/"bad"], ["train", "--data", corpus, "--out", tmp_path/"bad", "--resume"]):
+        status, _, err = run(*argv)
+        assert status == 2 and "corrupt or truncated" in err and err.count("\n") == 1
+    status, _, err = run("train", "--data", corpus, "--out", trained, "--resume", "--d-model", 64)
+    assert status == 2 and "cannot resume" in err and "'d_model': (32, 64)" in err
+    status, _, err = run("train", "--data", corpus, "--out", trained, "--resume", "--tokenizer", "gpt2")
+    assert status == 2 and "cannot resume" in err
+
+
+def test_console_script(tmp_path, trained):
+    exe = Path(sys.executable).parent/"transformerbook"
+    assert exe.exists(), "run `pip install -e .` so the console script exists"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([exe, "sample", "--checkpoint", trained, "--prompt", "Thou", "--max-new-tokens", "10"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0 and res.stdout.startswith("Thou"), res.stderr
+    res = subprocess.run([exe, "train", "--out", tmp_path/"o", "--batch-size", "0"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert res.returncode == 2 and res.stderr == "error: batch_size=0 must be an int >= 1\n"

@@ -1,0 +1,301 @@
+"Tests for transformerbook.training: loss, batching, packing, schedule, optimizer, the loop, checkpoints and resume."
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+
+from transformerbook.data import END_OF_TEXT_ID
+from transformerbook.lm_head import GPT, GPTConfig
+from transformerbook.tokenization import CharTokenizer
+from transformerbook.training import (
+    CheckpointError, TrainConfig, TrainHistory, TrainingDivergedError, baby_gpt_configs, configure_optimizer,
+    cross_entropy_loss, estimate_loss, get_batch, load_checkpoint, load_dataset, load_model, lr_at, pack_documents,
+    save_checkpoint, train)
+
+TINY = dict(vocab_size=11, context_length=8, d_model=16, n_heads=2, n_layers=2)
+
+
+def tiny_model(seed=0, **kw):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(**{**TINY, **kw}))
+
+
+def tiny_data(n=400, seed=0):
+    "A learnable corpus: counting modulo V, with one token in ten replaced by noise."
+    g = torch.Generator().manual_seed(seed)
+    def make(n):
+        ids = torch.arange(n) % TINY["vocab_size"]
+        noise = torch.rand(n, generator=g) < 0.1
+        return torch.where(noise, torch.randint(0, TINY["vocab_size"], (n,), generator=g), ids)
+    return make(n), make(n // 2)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    "Tiny models run faster on one thread, and far faster on a busy machine."
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+TINY_TRAIN = dict(max_iters=6, batch_size=4, learning_rate=3e-3, min_lr=3e-4, warmup_iters=2, lr_decay_iters=6,
+                  eval_interval=3, eval_iters=2, seed=7)
+
+
+# ---------------------------------------------------------------- the loss
+@settings(max_examples=30, deadline=None)
+@given(B=st.integers(1, 3), T=st.integers(1, 5), V=st.integers(2, 9), seed=st.integers(0, 10_000),
+       use_ignore=st.booleans())
+def test_cross_entropy_matches_torch(B, T, V, seed, use_ignore):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(B, T, V, generator=g, dtype=torch.float64) * 3
+    targets = torch.randint(0, V, (B, T), generator=g)
+    if use_ignore:
+        targets[torch.rand(B, T, generator=g) < 0.3] = -100
+        targets[0, 0] = 0  # at least one kept position
+    ours = cross_entropy_loss(logits, targets, ignore_index=-100 if use_ignore else None)
+    ref = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+    torch.testing.assert_close(ours, ref)
+
+
+def test_cross_entropy_is_minus_log_prob_of_target():
+    logits = torch.tensor([[2.0, 1.0, 0.1]])
+    expected = -torch.log_softmax(logits, -1)[0, 0]
+    torch.testing.assert_close(cross_entropy_loss(logits, torch.tensor([0])), expected)
+
+
+def test_cross_entropy_bad_input():
+    with pytest.raises(ValueError, match=r"logits shape \(2, 3, 5\)"):
+        cross_entropy_loss(torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\[0, V=5\)"):
+        cross_entropy_loss(torch.zeros(2, 5), torch.tensor([1, 5]))
+
+
+# ---------------------------------------------------------------- batches and packing
+def test_get_batch_shift_and_determinism():
+    data = torch.arange(100)
+    x, y = get_batch(data, 5, 8, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (5, 8) and x.dtype == y.dtype == torch.int64
+    torch.testing.assert_close(y[:, :-1], x[:, 1:])
+    torch.testing.assert_close(y[:, -1], x[:, -1] + 1)
+    x2, _ = get_batch(data, 5, 8, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(x, x2)
+
+
+def test_get_batch_errors():
+    with pytest.raises(ValueError, match="batch_size=0"):
+        get_batch(torch.arange(100), 0, 8)
+    with pytest.raises(ValueError, match="has 8 tokens.*context_length=8"):
+        get_batch(torch.arange(8), 2, 8)
+    get_batch(torch.arange(9), 2, 8)  # exactly one window fits
+
+
+def test_pack_documents():
+    out = pack_documents([[1, 2, 3], [4, 5], [6]], context_length=3, eot_id=0)
+    # stream 1 2 3 0 4 5 0 6 0 -> three full windows, nothing left over
+    torch.testing.assert_close(out, torch.tensor([[1, 2, 3], [0, 4, 5], [0, 6, 0]]))
+    out = pack_documents([[1, 2, 3], [4]], context_length=4)
+    torch.testing.assert_close(out, torch.tensor([[1, 2, 3, END_OF_TEXT_ID]]))  # "4 <eot>" is dropped
+    assert pack_documents([], 4).shape == (0, 4)
+    with pytest.raises(ValueError, match="context_length=0"):
+        pack_documents([[1]], 0)
+
+
+# ---------------------------------------------------------------- configuration and schedule
+@pytest.mark.parametrize("kw, msg", [
+    (dict(batch_size=0), "batch_size=0"), (dict(learning_rate=0.0), "learning_rate=0.0"),
+    (dict(learning_rate=-1e-3), "learning_rate=-0.001"), (dict(max_iters=0), "max_iters=0"),
+    (dict(min_lr=1.0), "min_lr=1.0"), (dict(warmup_iters=10, lr_decay_iters=5), "lr_decay_iters=5"),
+    (dict(grad_clip=-1.0), "grad_clip=-1.0"), (dict(beta2=1.0), "beta2=1.0"), (dict(eval_iters=0), "eval_iters=0")])
+def test_train_config_validation(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        TrainConfig(**kw)
+
+
+def test_train_config_round_trip():
+    cfg = TrainConfig(max_iters=10, warmup_iters=2, lr_decay_iters=8)
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match="unknown TrainConfig fields"):
+        TrainConfig.from_dict({"lr": 1.0})
+
+
+def test_lr_schedule_shape():
+    cfg = TrainConfig(max_iters=2000, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, lr_decay_iters=2000)
+    lrs = [lr_at(s, cfg) for s in range(2100)]
+    assert lrs[0] == pytest.approx(1e-3 / 101) and lrs[0] > 0
+    assert all(a < b for a, b in zip(lrs[:100], lrs[1:101]))  # warm-up rises
+    assert lrs[100] == pytest.approx(1e-3)  # peak at the warm-up boundary
+    assert all(a >= b for a, b in zip(lrs[100:2000], lrs[101:2001]))  # cosine falls
+    assert lrs[1050] == pytest.approx(1e-4 + 0.5 * 0.9e-3)  # half-way: the mid-point of the cosine
+    assert lrs[2000] == lrs[2099] == 1e-4  # then flat at min_lr
+
+
+def test_optimizer_groups():
+    model = tiny_model()
+    opt = configure_optimizer(model, TrainConfig(weight_decay=0.1))
+    decayed, plain = opt.param_groups
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in plain["params"])
+    n = sum(p.numel() for g in opt.param_groups for p in g["params"])
+    assert n == model.n_params()  # every parameter exactly once (the tied matrix too)
+    assert any(p is model.embeddings.token.weight for p in decayed["params"])
+
+
+# ---------------------------------------------------------------- fused attention == the book's attention
+def test_fused_attention_matches_book_attention():
+    book = tiny_model(fused_attention=False)
+    fused = tiny_model(fused_attention=True)
+    fused.load_state_dict(book.state_dict())
+    x = torch.randint(0, TINY["vocab_size"], (3, 8))
+    y = torch.randint(0, TINY["vocab_size"], (3, 8))
+    losses = []
+    for m in (book, fused):
+        loss = F.cross_entropy(m(x).flatten(0, 1), y.flatten())
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[0], losses[1])
+    for (n, p), q in zip(book.named_parameters(), fused.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=n, atol=1e-6, rtol=1e-4)
+
+
+def test_training_path_uses_fused_attention():
+    model_cfg, train_cfg = baby_gpt_configs()
+    assert model_cfg.fused_attention and (model_cfg.n_layers, model_cfg.n_heads, model_cfg.d_model) == (4, 4, 128)
+    assert (train_cfg.max_iters, train_cfg.batch_size, model_cfg.context_length) == (2000, 12, 64)
+
+
+# ---------------------------------------------------------------- the loop
+def test_train_lowers_loss_and_is_deterministic():
+    tr, va = tiny_data()
+    cfg = TrainConfig(**{**TINY_TRAIN, "max_iters": 30, "eval_interval": 10, "learning_rate": 1e-2, "min_lr": 1e-3,
+                          "lr_decay_iters": 30})
+    h1 = train(tiny_model(), tr, va, cfg, progress=False)
+    h2 = train(tiny_model(), tr, va, cfg, progress=False)
+    assert h1.iter_loss == h2.iter_loss and h1.val_loss == h2.val_loss
+    assert h1.steps == [0, 10, 20, 30] and len(h1.iter_loss) == len(h1.lr) == 30
+    assert h1.train_loss[-1] < h1.train_loss[0] - 0.5
+    assert h1.lr == [lr_at(s, cfg) for s in range(30)]
+
+
+def test_estimate_loss_restores_mode_and_is_repeatable():
+    model, (tr, va) = tiny_model(dropout=0.1), tiny_data()
+    model.train()
+    a = estimate_loss(model, {"train": tr, "val": va}, 4, 3, seed=1)
+    b = estimate_loss(model, {"train": tr, "val": va}, 4, 3, seed=1)
+    assert model.training and a == b and set(a) == {"train", "val"}
+    assert abs(a["val"] - math.log(TINY["vocab_size"])) < 0.5  # untrained: about log V
+
+
+def test_train_rejects_short_corpus():
+    with pytest.raises(ValueError, match="validation split has 5 tokens"):
+        train(tiny_model(), torch.arange(100) % 11, torch.arange(5), TrainConfig(**TINY_TRAIN), progress=False)
+
+
+# ---------------------------------------------------------------- checkpoints and exact resume
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_resume_reproduces_uninterrupted_run(tmp_path, dropout):
+    tr, va = tiny_data()
+    cfg = TrainConfig(**TINY_TRAIN)
+    full = train(tiny_model(dropout=dropout), tr, va, cfg, out_dir=tmp_path/"full", progress=False)
+    part_cfg = TrainConfig(**{**TINY_TRAIN, "max_iters": 3})  # same schedule (lr_decay_iters=6), stops at step 3
+    train(tiny_model(dropout=dropout), tr, va, part_cfg, out_dir=tmp_path/"part", progress=False)
+    assert load_checkpoint(tmp_path/"part")["step"] == 3
+    torch.manual_seed(12345)  # the resumed run must not depend on the global RNG state at call time
+    resumed = train(tiny_model(seed=99, dropout=dropout), tr, va, cfg, out_dir=tmp_path/"part", resume=True,
+                    progress=False)
+    assert resumed.iter_loss == full.iter_loss
+    assert resumed.steps == full.steps and resumed.val_loss == full.val_loss
+
+
+def test_checkpoint_round_trip(tmp_path):
+    tr, va = tiny_data()
+    tok = CharTokenizer(list("abcdefghijk"))
+    model = tiny_model()
+    train(model, tr, va, TrainConfig(**TINY_TRAIN), out_dir=tmp_path, tokenizer=tok, progress=False)
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt["step"] == 6 and ckpt["model_config"] == model.config.to_dict()
+    assert TrainConfig.from_dict(ckpt["train_config"]) == TrainConfig(**TINY_TRAIN)
+    assert TrainHistory.from_dict(ckpt["history"]).steps == [0, 3, 6]
+    loaded, tok2 = load_model(tmp_path)
+    assert tok2.chars == tok.chars and not loaded.training
+    x = torch.randint(0, 11, (2, 8))
+    torch.testing.assert_close(loaded(x), model.eval()(x))
+
+
+def test_interrupted_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
+    model = tiny_model()
+    save_checkpoint(tmp_path, model, None, step=1)
+    real_save = torch.save
+
+    def crash(obj, f, *a, **k):
+        f.write(b"PK\x03\x04 partial bytes")  # half a file, then the power goes out
+        raise OSError("disk full")
+    monkeypatch.setattr(torch, "save", crash)
+    with torch.no_grad():
+        model.lm_head.weight.add_(1.0)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(tmp_path, model, None, step=2)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert load_checkpoint(tmp_path)["step"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]  # no temporary file left behind
+
+
+class NaNAfter(GPT):
+    "A GPT whose logits become NaN from the `n`-th forward pass in training mode on."
+    def __init__(self, config, n):
+        super().__init__(config)
+        self.n, self.calls = n, 0
+
+    def forward(self, *args, **kwargs):
+        logits = super().forward(*args, **kwargs)
+        if self.training:
+            self.calls += 1
+            if self.calls > self.n: return logits * float("nan")
+        return logits
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
+    tr, va = tiny_data()
+    torch.manual_seed(0)
+    model = NaNAfter(GPTConfig(**TINY), n=4)
+    with pytest.raises(TrainingDivergedError, match=r"became nan at step 4.*last good checkpoint \(step 3\)"):
+        train(model, tr, va, TrainConfig(**TINY_TRAIN), out_dir=tmp_path, progress=False)
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt["step"] == 3
+    assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
+
+
+def test_corrupt_and_incompatible_checkpoints(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        load_checkpoint(tmp_path)
+    (tmp_path/"ckpt.pt").write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        load_model(tmp_path)
+    torch.save({"something": torch.zeros(1)}, tmp_path/"ckpt.pt")
+    with pytest.raises(CheckpointError, match="not a transformerbook checkpoint"):
+        load_checkpoint(tmp_path)
+    tr, va = tiny_data()
+    train(tiny_model(), tr, va, TrainConfig(**TINY_TRAIN), out_dir=tmp_path, progress=False)
+    with pytest.raises(CheckpointError, match=r"model config differs.*'d_model': \(16, 32\)"):
+        train(tiny_model(d_model=32), tr, va, TrainConfig(**TINY_TRAIN), out_dir=tmp_path, resume=True, progress=False)
+    with pytest.raises(CheckpointError, match=r"training settings differ.*'batch_size': \(4, 8\)"):
+        train(tiny_model(), tr, va, TrainConfig(**{**TINY_TRAIN, "batch_size": 8}), out_dir=tmp_path, resume=True,
+              progress=False)
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        train(tiny_model(), tr, va, TrainConfig(**TINY_TRAIN), out_dir=tmp_path/"empty", resume=True, progress=False)
+
+
+# ---------------------------------------------------------------- data
+def test_tinyshakespeare_split_sizes():
+    tok, tr, va = load_dataset("tinyshakespeare", "char")
+    assert (len(tr), len(va), tok.vocab_size) == (1_003_854, 111_540, 65)
+    assert tr.dtype == torch.int64
+    tok, tr, va = load_dataset("tinyshakespeare", "gpt2")
+    assert (len(tr), len(va)) == (301_966, 36_059)
+    with pytest.raises(ValueError, match="unknown data set 'wikitext'"):
+        load_dataset("wikitext")
