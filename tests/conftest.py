@@ -1,4 +1,4 @@
-"Shared fixtures for the website tests: the `tools/` scripts on `sys.path`, and a small synthetic chapter."
+"Shared fixtures: one torch thread for every test, the `tools/` scripts on `sys.path`, and a synthetic chapter for the site tests."
 from __future__ import annotations
 
 import base64
@@ -58,6 +58,16 @@ def make_sample_chapter():
         new_markdown_cell("#### Answer\n\nBecause counting starts at zero."),
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
                  "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}}})
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    "The tests use tiny models: one torch thread is as fast, and far faster when other processes share the 2 cores."
+    import torch
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture

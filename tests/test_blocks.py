@@ -13,7 +13,6 @@ from transformerbook.blocks import ACTIVATIONS, FeedForward, LayerNorm, Transfor
 from transformerbook.masking import causal_mask, combine_masks, padding_mask
 from transformerbook.multihead import LayerKVCache
 
-torch.set_num_threads(1)  # tiny tensors; avoids oversubscribing the 2-core CI machine
 
 
 # ---------------------------------------------------------------- LayerNorm

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from transformerbook.cli import build_parser, main
 from transformerbook.training import load_checkpoint
@@ -17,14 +16,6 @@ from transformerbook.training import load_checkpoint
 TINY = ["--n-layers", "1", "--d-model", "32", "--n-heads", "2", "--context-length", "16", "--eval-interval", "5",
         "--eval-iters", "2", "--batch-size", "4", "--warmup-iters", "2", "--no-progress"]
 POEM = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n" * 20
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def run(*argv):

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from transformerbook.embeddings import (Embeddings, analogy, cosine_similarity, position_rotation_matrix,
                                         sinusoidal_positional_encoding)
 
-torch.set_num_threads(1)
 
 
 # ---------------------------------------------------------------- sinusoidal encodings

@@ -18,15 +18,6 @@ from transformerbook.sampling import (apply_temperature, generate, kv_cache_byte
 from transformerbook.tokenization import CharTokenizer
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    "Tiny models run faster on one thread, especially on a busy shared machine."
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def random_logits(seed: int) -> tuple[torch.Tensor, float, int, float]:
     "Seeded logits of a random shape and scale (every other seed rounded, so ties occur) and random τ, k, p."
     g = torch.Generator().manual_seed(seed)

@@ -34,15 +34,6 @@ def tiny_data(n=400, seed=0):
     return make(n), make(n // 2)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    "Tiny models run faster on one thread, and far faster on a busy machine."
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 TINY_TRAIN = dict(max_iters=6, batch_size=4, learning_rate=3e-3, min_lr=3e-4, warmup_iters=2, lr_decay_iters=6,
                   eval_interval=3, eval_iters=2, seed=7)
 
