@@ -310,3 +310,45 @@ def test_logit_lens(small):
     stream = small.residual_stream(ids)
     torch.testing.assert_close(lens[0], small.lm_head(small.ln_f(stream[0])))
     assert not torch.allclose(lens[0], small.lm_head(stream[0]))  # ln_f is applied to intermediate layers
+
+
+@pytest.mark.parametrize("was_training", [True, False])
+def test_logit_lens_runs_in_eval_mode_and_restores_it(was_training):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50, context_length=8, d_model=16, n_heads=2, n_layers=2, dropout=0.5))
+    model.train(was_training)
+    ids = torch.randint(0, 50, (2, 8))
+    first, second = logit_lens(model, ids), logit_lens(model, ids)
+    torch.testing.assert_close(first, second)  # dropout would make the two calls differ
+    torch.testing.assert_close(first[-1], model.eval()(ids))
+    model.train(was_training)
+    with pytest.raises(ValueError):  # the mode is restored even when the call fails
+        logit_lens(model, ids[0])
+    assert model.training is was_training
+    assert all(m.training is was_training for m in model.modules())
+
+
+def test_token_and_position_id_types(small):
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    with pytest.raises(TypeError, match="token_ids must be a \\(B, T\\) torch.Tensor.*got list"):
+        small(ids.tolist())
+    with pytest.raises(TypeError, match="got dtype torch.float32"):
+        small(ids.float())
+    with pytest.raises(TypeError, match="position_ids must have an integer dtype.*torch.float32"):
+        small(ids, position_ids=torch.arange(5).float())
+    with pytest.raises(TypeError, match="position_ids must be a torch.Tensor.*got list"):
+        small(ids, position_ids=list(range(5)))
+    with pytest.raises(ValueError, match=r"B=2, T=5, got \(3, 5\)"):
+        small(ids, position_ids=torch.zeros(3, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"B=2, T=5, got \(2, 4\)"):
+        small(ids, position_ids=torch.zeros(2, 4, dtype=torch.long))
+    torch.testing.assert_close(small(ids, position_ids=torch.arange(5)[None]), small(ids))  # (1, T) broadcasts
+
+
+def test_cache_of_another_batch_is_rejected_and_left_unchanged(small):
+    cache = KVCache(3)
+    small(torch.zeros(2, 4, dtype=torch.long), kv_cache=cache)
+    keys = [layer.k.clone() for layer in cache.layers]
+    with pytest.raises(ValueError, match="kv_cache holds a batch of B=2 sequences but token_ids has B=3"):
+        small(torch.zeros(3, 1, dtype=torch.long), kv_cache=cache)
+    assert len(cache) == 4 and all(torch.equal(k, layer.k) for k, layer in zip(keys, cache.layers))

@@ -208,3 +208,43 @@ def test_bad_mask_with_cache_leaves_cache_unchanged():
 def test_kv_cache_rejects_zero_layers():
     with pytest.raises(ValueError, match="n_layers=0"):
         KVCache(0)
+
+
+# ---------------------------------------------------------------- KV-cache validation
+
+@pytest.mark.parametrize("new_shape,dtype,text", [
+    ((1, 4, 1, 4), torch.float32, "new keys are (1, 4, 1, 4)"),  # another batch size
+    ((2, 2, 1, 8), torch.float32, "new keys are (2, 2, 1, 8)"),  # another number of heads
+    ((2, 4, 1, 8), torch.float32, "new keys are (2, 4, 1, 8)"),  # another d_head
+    ((2, 4, 1, 4), torch.float64, "torch.float64"),  # another dtype
+])
+def test_layer_cache_rejects_mismatched_keys_and_stays_unchanged(new_shape, dtype, text):
+    cache = LayerKVCache()
+    k0 = torch.randn(2, 4, 3, 4)
+    cache.update(k0, k0 + 1)
+    with pytest.raises(ValueError, match="cache holds \\(B, H, S, Dh\\) = \\(2, 4, 3, 4\\)") as err:
+        cache.update(torch.zeros(new_shape, dtype=dtype), torch.zeros(new_shape, dtype=dtype))
+    assert text in str(err.value)
+    assert len(cache) == 3 and torch.equal(cache.k, k0) and torch.equal(cache.v, k0 + 1)
+
+
+def test_layer_cache_rejects_bad_k_v_pairs():
+    cache = LayerKVCache()
+    with pytest.raises(TypeError, match="k must be a torch.Tensor.*got list"):
+        cache.update([[0.0]], torch.zeros(1, 1, 1, 1))
+    with pytest.raises(ValueError, match="k and v must both be"):
+        cache.update(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 3, 4))
+    with pytest.raises(ValueError, match="k and v must both be"):
+        cache.update(torch.zeros(1, 2, 4), torch.zeros(1, 2, 4))  # 3-D: no head axis
+    assert len(cache) == 0
+
+
+def test_mha_with_cache_of_another_batch_names_shapes():
+    mha = MultiHeadAttention(16, 4)
+    cache = LayerKVCache()
+    mha(torch.randn(2, 3, 16), kv_cache=cache)
+    with pytest.raises(ValueError, match=r"\(2, 4, 3, 4\).*new keys are \(1, 4, 1, 4\)"):
+        mha(torch.randn(1, 1, 16), kv_cache=cache)
+    with pytest.raises(ValueError, match=r"new keys are \(2, 2, 1, 8\)"):
+        MultiHeadAttention(16, 2)(torch.randn(2, 1, 16), kv_cache=cache)  # a cache filled by another layer shape
+    assert len(cache) == 3

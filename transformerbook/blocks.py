@@ -24,13 +24,15 @@ class LayerNorm(nn.Module):
     """Layer normalization over the last dimension (J&M eqs. 10.20-10.23; 6.390 eqs. 11.18-11.20; Ba et al. 2016).
 
     y = γ ⊙ (x - μ) / sqrt(σ² + ε) + β, with μ and σ² the mean and *population* variance of each vector (its last
-    axis). Matches `torch.nn.LayerNorm(d_model, eps, bias=bias)`. Raises `ValueError` if x's last dimension is not d_model."""
+    axis). Matches `torch.nn.LayerNorm(d_model, eps, bias=bias)`. Raises `ValueError` for a non-positive d_model, a
+    negative ε or an x whose last dimension is not d_model, and `TypeError` for an x that is not a float tensor."""
     def __init__(self, d_model: int, # size of the normalized (last) dimension
                  eps: float = 1e-5, # ε, added to σ² inside the square root (numerical stability)
                  bias: bool = True, # learn β (GPT-2: True)
                 ):
         super().__init__()
-        if d_model < 1: raise ValueError(f"d_model={d_model} must be >= 1")
+        if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
+            raise ValueError(f"d_model={d_model!r} must be a positive int")
         if eps < 0: raise ValueError(f"eps={eps} must be >= 0")
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
@@ -38,6 +40,11 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor, # (..., d_model) float
                ) -> Tensor: # (..., d_model), same dtype
+        """(..., D) -> (..., D): normalize each vector over its last axis (J&M eqs. 10.20-10.23). Raises `TypeError`
+        for a non-float x and `ValueError` if the last dimension is not d_model."""
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point torch.Tensor, got "
+                            f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
         if x.shape[-1] != self.d_model:
             raise ValueError(f"last dimension of x must be d_model={self.d_model}, got shape {tuple(x.shape)}")
         mu = x.mean(dim=-1, keepdim=True)  # (..., 1)                       J&M eq. 10.20
@@ -55,7 +62,8 @@ ACTIVATIONS = {
 
 class FeedForward(nn.Module):
     """Position-wise feed-forward network FFN(x) = φ(x W₁ + b₁) W₂ + b₂ (J&M §10.3; Vaswani et al. 2017 eq. 2;
-    6.390 eq. 11.16), usually with d_ff = 4·d_model. Raises `ValueError` for an unknown activation."""
+    6.390 eq. 11.16), usually with d_ff = 4·d_model. Raises `ValueError` for an unknown activation or a d_model or d_ff
+    that is not a positive int."""
     def __init__(self, d_model: int, # model width D
                  d_ff: int, # hidden width F (usually 4·d_model)
                  dropout: float = 0.0, # dropout on the output
@@ -63,6 +71,9 @@ class FeedForward(nn.Module):
                  activation: str = "gelu_tanh", # one of ACTIVATIONS
                 ):
         super().__init__()
+        for name, n in (("d_model", d_model), ("d_ff", d_ff)):
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError(f"{name}={n!r} must be a positive int")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation={activation!r} is not one of {sorted(ACTIVATIONS)}")
         self.activation = activation
@@ -99,12 +110,15 @@ class TransformerBlock(nn.Module):
         self.ln_1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, fused=fused_attention)
         self.ln_2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.mlp = FeedForward(d_model, d_ff or 4 * d_model, dropout=dropout, bias=bias, activation=activation)
+        d_ff = 4 * d_model if d_ff is None else d_ff  # only None means the default: d_ff=0 is an error, not 4·d_model
+        self.mlp = FeedForward(d_model, d_ff, dropout=dropout, bias=bias, activation=activation)
 
     def forward(self, x: Tensor, # (B, T, D) the residual stream
                 mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
                 kv_cache: LayerKVCache | None = None, # this layer's KV cache
                ) -> Tensor: # (B, T, D)
+        """(B, T, D) -> (B, T, D): the block (J&M eqs. 10.24-10.31 post-norm, 10.38-10.43 pre-norm). Raises
+        `TypeError`/`ValueError` for a bad x or mask and `ValueError` for a cache of another batch or model."""
         if self.norm == "pre":
             x = x + self.attn(self.ln_1(x), mask=mask, kv_cache=kv_cache)  # J&M eqs. 10.38-10.40
             return x + self.mlp(self.ln_2(x))  # J&M eqs. 10.41-10.43

@@ -34,12 +34,24 @@ def sinusoidal_positional_encoding(T: int, # number of positions, t = 0..T-1
     return pe
 
 # %% ../nbs/05_embeddings.ipynb #f5d5b2f7
+def _check_ids(name: str, # "token_ids" or "position_ids", for the message
+               ids, # what the caller passed
+              ) -> None:
+    "Raise `TypeError` naming the type or dtype unless `ids` is an int64 or int32 tensor (what `nn.Embedding` indexes with)."
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of integer ids, got {type(ids).__name__}: "
+                        f"convert it with torch.tensor({name})")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must have an integer dtype (torch.int64 or torch.int32), got dtype {ids.dtype}")
+
+# %% ../nbs/05_embeddings.ipynb #678e387b
 class Embeddings(nn.Module):
     """Input embeddings X[b, t] = E[token_ids[b, t]] + P[t] (J&M §10.5, Figs. 10.10-10.12; notes eqs. 19.7 and 19.10).
 
     `positional="learned"` uses a trainable (context_length, d_model) table P as GPT-2 does; "sinusoidal" the fixed
-    encodings of notes eqs. 19.8-19.9. Raises `ValueError` for token ids outside [0, vocab_size), positions outside
-    [0, context_length), or a token_ids tensor that is not (B, T) integer."""
+    encodings of notes eqs. 19.8-19.9. Raises `TypeError` for token_ids or position_ids that are not integer tensors,
+    and `ValueError` for token ids outside [0, vocab_size), positions outside [0, context_length), a token_ids that
+    is not (B, T), or position_ids that are not (T,), (1, T) or (B, T)."""
     def __init__(self, vocab_size: int, # V
                  context_length: int, # maximum number of positions
                  d_model: int, # embedding width D
@@ -62,18 +74,24 @@ class Embeddings(nn.Module):
     def forward(self, token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
                 position_ids: Tensor | None = None, # (B, T) or (T,) int64 in [0, context_length); default 0..T-1
                ) -> Tensor: # (B, T, D)
-        if token_ids.dtype not in (torch.int64, torch.int32) or token_ids.dim() != 2:
-            raise ValueError(f"token_ids must be a (B, T) integer tensor, got dtype {token_ids.dtype}, shape {tuple(token_ids.shape)}")
+        """(B, T) ids -> (B, T, D): E[token_ids] + P[position_ids] (notes eq. 19.10), then dropout. Raises
+        `TypeError`/`ValueError` as the class docstring lists."""
+        _check_ids("token_ids", token_ids)
+        if token_ids.dim() != 2:
+            raise ValueError(f"token_ids must be a (B, T) integer tensor, got shape {tuple(token_ids.shape)}")
+        B, T = token_ids.shape
         if token_ids.numel() and (token_ids.min() < 0 or token_ids.max() >= self.vocab_size):
             bad = token_ids[(token_ids < 0) | (token_ids >= self.vocab_size)]
             raise ValueError(f"token id {bad[0].item()} is outside [0, vocab_size={self.vocab_size})")
         if position_ids is None:
-            if token_ids.shape[1] > self.context_length:
-                raise ValueError(f"sequence length T={token_ids.shape[1]} is beyond context_length={self.context_length}: "
+            if T > self.context_length:
+                raise ValueError(f"sequence length T={T} is beyond context_length={self.context_length}: "
                                  f"crop the sequence to its last {self.context_length} tokens")
-            position_ids = torch.arange(token_ids.shape[1], device=token_ids.device)  # (T,)
-        if position_ids.shape[-1] != token_ids.shape[1] or position_ids.dim() > 2:
-            raise ValueError(f"position_ids must have shape (T,) or (B, T) with T={token_ids.shape[1]}, "
+            position_ids = torch.arange(T, device=token_ids.device)  # (T,)
+        _check_ids("position_ids", position_ids)
+        if position_ids.dim() not in (1, 2) or position_ids.shape[-1] != T or (
+                position_ids.dim() == 2 and position_ids.shape[0] not in (1, B)):
+            raise ValueError(f"position_ids must have shape (T,), (1, T) or (B, T) with B={B}, T={T}, "
                              f"got {tuple(position_ids.shape)}")
         if position_ids.numel() and (position_ids.min() < 0 or position_ids.max() >= self.context_length):
             bad = position_ids[(position_ids < 0) | (position_ids >= self.context_length)]

@@ -127,14 +127,21 @@ class GPT(nn.Module):
         """The residual stream (J&M 10.4) at every layer boundary; the last entry is after the final LayerNorm.
 
         Raises `ValueError` for token ids outside [0, vocab_size), more than context_length positions (cached + new)
-        without explicit `position_ids`, a padding mask that is not (B, cached + T), or a cache with the wrong number
-        of layers; `TypeError` for a non-bool padding mask."""
-        if not isinstance(token_ids, Tensor) or token_ids.dim() != 2:
-            raise ValueError(f"token_ids must be a (B, T) tensor, got shape {tuple(getattr(token_ids, 'shape', ()))}")
+        without explicit `position_ids`, a token_ids, padding mask or position_ids of the wrong shape, or a cache with
+        the wrong number of layers or another batch size; `TypeError` for token_ids or position_ids that are not
+        integer tensors and for a non-bool padding mask."""
+        if not isinstance(token_ids, Tensor):
+            raise TypeError(f"token_ids must be a (B, T) torch.Tensor of integer ids, got {type(token_ids).__name__}: "
+                            f"convert it with torch.tensor(token_ids)")
+        if token_ids.dim() != 2:
+            raise ValueError(f"token_ids must be a (B, T) tensor, got shape {tuple(token_ids.shape)}")
         B, T = token_ids.shape
         if kv_cache is not None and len(kv_cache.layers) != self.config.n_layers:
             raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers but the model has n_layers={self.config.n_layers}")
         past = 0 if kv_cache is None else len(kv_cache)
+        if past and kv_cache[0].k.shape[0] != B:
+            raise ValueError(f"kv_cache holds a batch of B={kv_cache[0].k.shape[0]} sequences but token_ids has B={B}: "
+                             f"start a new KVCache for a new batch")
         if past + T > self.config.context_length and position_ids is None:
             raise ValueError(f"sequence length {past + T} (cached {past} + new {T}) exceeds context_length="
                              f"{self.config.context_length}: crop to the last {self.config.context_length} tokens")
@@ -158,6 +165,8 @@ class GPT(nn.Module):
                 position_ids: Tensor | None = None, # (B, T) int64; default: cached length + 0..T-1
                 kv_cache: KVCache | None = None, # filled in place with every layer's keys and values
                ) -> Tensor: # (B, T, vocab_size) logits u (J&M eq. 10.44)
+        """Logits u = lm_head(h_L) at every position, = h_L Eᵀ with tied weights (J&M eq. 10.44); raises
+        `TypeError`/`ValueError` as `residual_stream` does (bad token_ids, padding_mask, position_ids or kv_cache)."""
         return self.lm_head(self.residual_stream(token_ids, padding_mask, position_ids, kv_cache)[-1])  # (B, T, D) -> (B, T, V)
 
     def n_params(self, non_embedding: bool = False) -> int:
@@ -313,7 +322,15 @@ def logit_lens(model: GPT, # any GPT; a post-norm model has no ln_f (identity)
                token_ids: Tensor, # (B, T) int64
                padding_mask: Tensor | None = None, # (B, T) bool, True = real token
               ) -> Tensor: # (n_layers + 1, B, T, V) logits; entry l reads the stream after l blocks, the last is the model's own
-    "Logits read from the residual stream after every block: lm_head(ln_f(h_l)) (the logit lens, J&M 10.6)."
-    states = model.residual_stream(token_ids, padding_mask)  # n_layers + 1 × (B, T, D); the last already has ln_f
-    normed = [model.ln_f(h) for h in states[:-1]] + [states[-1]]
-    return torch.stack([model.lm_head(h) for h in normed])  # (L+1, B, T, D) -> (L+1, B, T, V)
+    """Logits read from the residual stream after every block: lm_head(ln_f(h_l)) (the logit lens, J&M 10.6).
+
+    Runs the model in eval mode (no dropout, so the result is deterministic) and restores its mode afterwards.
+    Raises what `GPT.residual_stream` raises for bad token_ids or padding_mask."""
+    was_training = model.training
+    model.eval()
+    try:
+        states = model.residual_stream(token_ids, padding_mask)  # n_layers + 1 × (B, T, D); the last already has ln_f
+        normed = [model.ln_f(h) for h in states[:-1]] + [states[-1]]
+        return torch.stack([model.lm_head(h) for h in normed])  # (L+1, B, T, D) -> (L+1, B, T, V)
+    finally:
+        model.train(was_training)

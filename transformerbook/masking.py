@@ -36,8 +36,10 @@ def padding_mask(lengths, # (B,) int: the real length of each sequence (a list o
                 ) -> Tensor: # (B, T) bool, True = a real token
     """Mask of real (non-pad) positions in a batch of sequences padded to length T (CS182 "Batching" slides).
 
-    Raises `ValueError` if `lengths` is not 1-D integer, a length is negative or exceeds T, or `side` is not
-    "right" or "left"."""
+    Raises `ValueError` if T is not a non-negative int, `lengths` is not 1-D integer, a length is negative or exceeds
+    T, or `side` is not "right" or "left"."""
+    if not isinstance(T, int) or isinstance(T, bool) or T < 0:
+        raise ValueError(f"T={T!r} must be a non-negative int (the padded length)")
     lengths = torch.as_tensor(lengths)
     if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
         raise ValueError(f"lengths must be a 1-D sequence of ints, got {lengths.tolist()!r} (dtype {lengths.dtype})")
@@ -52,23 +54,23 @@ def padding_mask(lengths, # (B,) int: the real length of each sequence (a list o
 
 # %% ../nbs/02_masking.ipynb #0f95de7c
 def combine_masks(causal: Tensor | None = None, # (T, S) bool, from `causal_mask`
-                  key_padding: Tensor | None = None, # (B, S) bool, True = real token (from `padding_mask`)
+                  padding_mask: Tensor | None = None, # (B, S) bool, True = real key token (from `padding_mask`)
                  ) -> Tensor | None: # (B, 1, T, S), (B, 1, 1, S) or (T, S) bool, True = may attend; None if both None
-    """AND a causal mask with a key padding mask, shaped to broadcast over heads: (B, 1, T, S).
+    """AND a causal mask with a padding mask over the keys, shaped to broadcast over heads: (B, 1, T, S).
 
-    Raises `TypeError` for non-bool masks and `ValueError` for a key padding mask that is not 2-D or whose S differs
+    Raises `TypeError` for non-bool masks and `ValueError` for a padding mask that is not 2-D or whose S differs
     from the causal mask's."""
-    for name, m in (("causal", causal), ("key_padding", key_padding)):
+    for name, m in (("causal", causal), ("padding_mask", padding_mask)):
         if m is not None and (not isinstance(m, Tensor) or m.dtype != torch.bool):
             raise TypeError(f"{name} must be a bool tensor (True = may attend), got "
                             f"{m.dtype if isinstance(m, Tensor) else type(m).__name__}")
-    if key_padding is None:
+    if padding_mask is None:
         return causal
-    if key_padding.dim() != 2:
-        raise ValueError(f"key_padding must have shape (B, S), got {tuple(key_padding.shape)}")
-    kp = key_padding[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
+    if padding_mask.dim() != 2:
+        raise ValueError(f"padding_mask must have shape (B, S), got {tuple(padding_mask.shape)}")
+    kp = padding_mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
     if causal is None:
         return kp
-    if causal.shape[-1] != key_padding.shape[-1]:
-        raise ValueError(f"causal mask has S={causal.shape[-1]} keys but key_padding has S={key_padding.shape[-1]}")
+    if causal.shape[-1] != padding_mask.shape[-1]:
+        raise ValueError(f"causal mask has S={causal.shape[-1]} keys but padding_mask has S={padding_mask.shape[-1]}")
     return causal[None, None] & kp  # (1, 1, T, S) & (B, 1, 1, S) -> (B, 1, T, S)

@@ -29,7 +29,26 @@ class LayerKVCache:
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[-2]
 
-    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def update(self,
+               k: Tensor, # (B, H, T, Dh) keys of the T new positions
+               v: Tensor, # (B, H, T, Dh) their values
+              ) -> tuple[Tensor, Tensor]: # all cached keys and values, each (B, H, S, Dh) with S = previous length + T
+        """Append k and v along the position axis and return every cached key and value (CS182 KV-cache slides).
+
+        Raises `TypeError` if k or v is not a tensor, and `ValueError` naming the shapes if they are not 4-D, differ
+        from each other, or do not match the cache's (B, H, ·, Dh), dtype or device; the cache is then left unchanged."""
+        for name, t in (("k", k), ("v", v)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor of shape (B, H, T, Dh), got {type(t).__name__}")
+        if k.dim() != 4 or k.shape != v.shape or k.dtype != v.dtype or k.device != v.device:
+            raise ValueError(f"k and v must both be (B, H, T, Dh) with one dtype and device, got k {tuple(k.shape)} "
+                             f"{k.dtype} on {k.device} and v {tuple(v.shape)} {v.dtype} on {v.device}")
+        if self.k is not None:
+            B, H, S, Dh = self.k.shape
+            if (k.shape[0], k.shape[1], k.shape[3]) != (B, H, Dh) or k.dtype != self.k.dtype or k.device != self.k.device:
+                raise ValueError(f"the cache holds (B, H, S, Dh) = {(B, H, S, Dh)} {self.k.dtype} on {self.k.device}, but "
+                                 f"the new keys are {tuple(k.shape)} {k.dtype} on {k.device}: B, H, Dh, dtype and device "
+                                 f"must match (start a new cache for a different batch or model)")
         if self.k is None:
             self.k, self.v = k, v
         else:
