@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from transformerbook.cli import build_parser, main
-from transformerbook.training import load_checkpoint
+from transformerbook.training import TrainConfig, load_checkpoint, lr_at
 
 TINY = ["--n-layers", "1", "--d-model", "32", "--n-heads", "2", "--context-length", "16", "--eval-interval", "5",
         "--eval-iters", "2", "--batch-size", "4", "--warmup-iters", "2", "--no-progress"]
@@ -44,7 +44,7 @@ def test_help_documents_every_option(capsys):
     assert main(["train", "--help"]) == 0
     assert main(["sample", "--help"]) == 0
     text = capsys.readouterr().out
-    for option in ("--data", "--tokenizer", "--out", "--resume", "--max-iters", "--n-layers", "--n-heads", "--d-model",
+    for option in ("--data", "--tokenizer", "--out", "--resume", "--force", "--max-iters", "--n-layers", "--n-heads", "--d-model",
                    "--context-length", "--batch-size", "--learning-rate", "--dropout", "--seed", "--eval-interval",
                    "--checkpoint", "--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p"):
         assert option in text, option
@@ -71,6 +71,45 @@ def test_resume_matches_uninterrupted(tmp_path, corpus, trained):
     assert status == 0, err
     resumed, full = load_checkpoint(tmp_path/"a"), load_checkpoint(tmp_path/"full")
     assert resumed["history"]["iter_loss"] == full["history"]["iter_loss"] and len(full["history"]["iter_loss"]) == 20
+
+
+def test_resume_with_more_iters_keeps_the_learning_rate_schedule(corpus, trained):
+    original = TrainConfig.from_dict(load_checkpoint(trained)["train_config"])
+    assert original.lr_decay_iters == 10  # the new run stored its max_iters, not None
+    status, _, err = run("train", "--data", corpus, "--out", trained, "--resume", "--max-iters", 16, "--no-progress")
+    assert status == 0, err
+    ckpt = load_checkpoint(trained)
+    lrs = ckpt["history"]["lr"]
+    assert len(lrs) == 16 and ckpt["train_config"]["lr_decay_iters"] == 10
+    assert lrs == [lr_at(s, original) for s in range(16)]  # step 10 on: min_lr, as the first run's schedule says
+    assert lrs[10] == original.min_lr < lrs[9]
+
+
+def test_new_run_refuses_to_overwrite_a_checkpoint(tmp_path, corpus, trained):
+    before = load_checkpoint(trained)
+    status, out, err = run("train", "--data", corpus, "--out", trained, "--max-iters", 5, *TINY)
+    assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err == f"error: {trained/'ckpt.pt'} already exists: continue it with --resume, or overwrite it with --force\n"
+    after = load_checkpoint(trained)
+    assert after["step"] == before["step"] == 10 and after["history"] == before["history"]
+    status, _, err = run("train", "--data", corpus, "--out", trained, "--resume", "--force", *TINY)
+    assert status == 2 and "contradict" in err
+    status, _, err = run("train", "--data", corpus, "--out", trained, "--max-iters", 5, *TINY, "--force")
+    assert status == 0, err
+    assert load_checkpoint(trained)["step"] == 5  # overwritten, as asked
+
+
+def test_reported_checkpoint_path_is_the_written_one(tmp_path, corpus):
+    out = tmp_path/"run.pt"  # a folder whose name ends in .pt: the checkpoint is run.pt/ckpt.pt
+    status, stdout, err = run("train", "--data", corpus, "--out", out, "--max-iters", 5, *TINY)
+    assert status == 0, err
+    assert f"writing {out/'ckpt.pt'}" in err and stdout.rstrip().endswith(f"checkpoint {out/'ckpt.pt'}")
+    assert (out/"ckpt.pt").is_file()
+    status, _, err = run("train", "--data", corpus, "--out", out, "--resume", "--max-iters", 6, "--no-progress")
+    assert status == 0 and f"resuming {out/'ckpt.pt'}" in err, err
+    (tmp_path/"file").write_text("x")
+    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"file", *TINY)
+    assert status == 2 and "is a file" in err and err.count("\n") == 1
 
 
 def test_sample_is_reproducible(trained):

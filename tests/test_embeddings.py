@@ -75,7 +75,7 @@ def test_one_hot_times_E_is_row_selection():
     ids = torch.tensor([[5, 0, 10], [3, 3, 1]])
     E = emb.token.weight
     one_hot = F.one_hot(ids, 11).float()  # (B, T, V)
-    torch.testing.assert_close(one_hot @ E, E[ids])
+    torch.testing.assert_close(emb.token(ids), one_hot @ E)  # the package's token lookup is the one-hot product
     torch.testing.assert_close(emb(ids), one_hot @ E + emb.position.weight[:3])
 
 
@@ -112,7 +112,7 @@ def test_embeddings_errors_name_the_values():
         emb(torch.tensor([[1, 2]]), position_ids=torch.tensor([-1, 0]))
     with pytest.raises(ValueError, match=r"position_ids must have shape.*T=2.*\(3,\)"):
         emb(torch.tensor([[1, 2]]), position_ids=torch.tensor([0, 1, 2]))
-    with pytest.raises(ValueError, match="dtype torch.float32"):
+    with pytest.raises(TypeError, match="dtype torch.float32"):  # a wrong type of ids is a TypeError
         emb(torch.tensor([[1.0, 2.0]]))
     with pytest.raises(ValueError, match=r"shape \(3,\)"):
         emb(torch.tensor([1, 2, 3]))

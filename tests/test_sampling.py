@@ -250,6 +250,7 @@ def test_generate_errors_name_the_values(kwargs, msg):
 def test_generate_rejects_float_token_ids():
     with pytest.raises(TypeError, match="integer tensor"):
         generate(tiny_gpt(0), torch.tensor([[1.0, 2.0]]), 3)
+    assert "`TypeError`" in generate.__doc__ and "non-integer dtype" in generate.__doc__  # documented
 
 
 # ---------------------------------------------------------------- KV cache memory
@@ -314,18 +315,50 @@ def test_perplexity_matches_cross_entropy_and_strided_windows():
     model = tiny_gpt(8, context_length=8)
     ids = torch.randint(0, 40, (30,), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        ce = torch.nn.functional.cross_entropy(model(ids[None, 2:8])[0, :-1], ids[3:8])
-    assert math.isclose(perplexity(model, ids[2:8]), ce.exp().item(), rel_tol=1e-9)
-    # long text: windows of 8 advancing by 4; token t is scored with the window ending at its chunk's end
+        ce = torch.nn.functional.cross_entropy(model(ids[None, 2:10])[0, :-1], ids[3:10])
+    assert math.isclose(perplexity(model, ids[2:10]), ce.exp().item(), rel_tol=1e-9)  # 9 tokens: 8 inputs, one pass
+    # long text: the first window feeds 8 inputs (targets 1..8), later ones advance by 4 and feed the 8 tokens before
+    # the chunk's end; token t is scored from the window that ends at its chunk's end
     nll = []
     with torch.no_grad():
         for t in range(1, 30):
-            end = 8 if t < 8 else min(30, 8 + 4 * ((t - 8) // 4 + 1))
-            start = max(0, end - 8)
-            nll.append(-torch.log_softmax(model(ids[None, start:end])[0, t - start - 1], -1)[ids[t]])
+            end = 9 if t < 9 else min(30, 9 + 4 * ((t - 9) // 4 + 1))
+            start = max(0, end - 1 - 8)
+            nll.append(-torch.log_softmax(model(ids[None, start:end - 1])[0, t - start - 1], -1)[ids[t]])
     assert math.isclose(perplexity(model, ids, 5), math.exp(torch.stack(nll[4:]).mean().item()), rel_tol=1e-9)
     with pytest.raises(ValueError, match="prompt_length=0"):
         perplexity(model, ids, 0)
+
+
+@pytest.mark.parametrize("C", [1, 3])
+def test_perplexity_is_the_chain_rule_with_a_short_context(C):
+    "With C <= 3 the stride is 1, so token t is scored given exactly its C predecessors (all of them while t < C)."
+    model = tiny_gpt(9, context_length=C)
+    ids = torch.randint(0, 40, (11,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        nll = [-torch.log_softmax(model(ids[None, max(0, t - C):t])[0, -1], -1)[ids[t]] for t in range(1, 11)]
+    for prompt_length in (1, 4):
+        by_hand = math.exp(torch.stack(nll[prompt_length - 1:]).mean().item())
+        assert math.isclose(perplexity(model, ids, prompt_length), by_hand, rel_tol=1e-9)
+        assert math.isclose(perplexity(model, ids.tolist(), prompt_length), by_hand, rel_tol=1e-9)  # a list works too
+
+
+def test_perplexity_rejects_batches_and_non_integer_ids():
+    model = tiny_gpt(8, context_length=8)
+    ids = torch.randint(0, 40, (2, 6), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"shape \(T,\), got shape \(2, 6\)"):
+        perplexity(model, ids)
+    with pytest.raises(ValueError, match=r"got shape \(2, 6\)"):
+        perplexity(model, ids.tolist())
+    with pytest.raises(TypeError, match="got dtype torch.float32"):
+        perplexity(model, ids[0].float())
+    with pytest.raises(TypeError, match="got dtype torch.float32"):
+        perplexity(model, [1.5, 2.7, 3.2])
+    with pytest.raises(TypeError, match="got dtype torch.bool"):
+        perplexity(model, ids[0] > 3)
+    with pytest.raises(ValueError, match=r"prompt_length=1 must be in \[1, T=0\)"):
+        perplexity(model, [])
+    assert perplexity(model, ids[0].int()) == perplexity(model, ids[0])  # any integer dtype
 
 
 def test_repeated_ngram_fraction():

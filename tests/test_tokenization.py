@@ -274,6 +274,6 @@ def test_char_and_gpt2_tokenizers():
     with pytest.raises(ValueError, match="character 'z'"):
         tok.encode("z")
     gpt2 = GPT2Tokenizer()
-    assert gpt2.encode(f"a{END_OF_TEXT}", allow_special=True)[-1] == END_OF_TEXT_ID == gpt2.eot_token_id
+    assert gpt2.encode(f"a{END_OF_TEXT}", allow_special=True)[-1] == END_OF_TEXT_ID == gpt2.eos_token_id
     with pytest.raises(ValueError, match="token id 50257"):
         gpt2.decode([50257])

@@ -65,6 +65,13 @@ def test_cross_entropy_bad_input():
         cross_entropy_loss(torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match=r"\[0, V=5\)"):
         cross_entropy_loss(torch.zeros(2, 5), torch.tensor([1, 5]))
+    with pytest.raises(TypeError, match="got dtype torch.float32"):
+        cross_entropy_loss(torch.zeros(2, 5), torch.tensor([1.0, 2.0]))
+    with pytest.raises(TypeError, match="got dtype torch.bool"):
+        cross_entropy_loss(torch.zeros(2, 5), torch.tensor([True, False]))
+    logits = torch.randn(3, 5, generator=torch.Generator().manual_seed(0))  # int32 targets are fine
+    torch.testing.assert_close(cross_entropy_loss(logits, torch.tensor([1, 4, 0], dtype=torch.int32)),
+                               F.cross_entropy(logits, torch.tensor([1, 4, 0])))
 
 
 # ---------------------------------------------------------------- batches and packing
@@ -84,10 +91,14 @@ def test_get_batch_errors():
     with pytest.raises(ValueError, match="has 8 tokens.*context_length=8"):
         get_batch(torch.arange(8), 2, 8)
     get_batch(torch.arange(9), 2, 8)  # exactly one window fits
+    with pytest.raises(TypeError, match="got torch.float32"):  # float ids would be silently truncated by .long()
+        get_batch(torch.arange(100) + 0.7, 2, 8)
+    with pytest.raises(TypeError, match="got list"):
+        get_batch(list(range(100)), 2, 8)
 
 
 def test_pack_documents():
-    out = pack_documents([[1, 2, 3], [4, 5], [6]], context_length=3, eot_id=0)
+    out = pack_documents([[1, 2, 3], [4, 5], [6]], context_length=3, eos_token_id=0)
     # stream 1 2 3 0 4 5 0 6 0 -> three full windows, nothing left over
     torch.testing.assert_close(out, torch.tensor([[1, 2, 3], [0, 4, 5], [0, 6, 0]]))
     out = pack_documents([[1, 2, 3], [4]], context_length=4)
@@ -106,6 +117,20 @@ def test_pack_documents():
 def test_train_config_validation(kw, msg):
     with pytest.raises(ValueError, match=msg):
         TrainConfig(**kw)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(learning_rate="1e-3"), "learning_rate='1e-3' must be a number, not str"),
+    (dict(grad_clip=None), "grad_clip=None must be a number, not NoneType"),
+    (dict(min_lr=True), "min_lr=True must be a number, not bool"),
+    (dict(max_iters=10.0), "max_iters=10.0 must be an int, not float"),
+    (dict(lr_decay_iters="2000"), "lr_decay_iters='2000' must be an int or None, not str"),
+    (dict(seed=None), "seed=None must be an int")])
+def test_train_config_type_errors_name_field_and_value(kw, msg):
+    with pytest.raises(TypeError, match=msg):
+        TrainConfig(**kw)
+    with pytest.raises(ValueError, match="learning_rate=nan must be finite"):
+        TrainConfig(learning_rate=float("nan"))
 
 
 def test_train_config_round_trip():
@@ -203,6 +228,31 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, dropout):
     assert resumed.steps == full.steps and resumed.val_loss == full.val_loss
 
 
+def test_resume_with_more_iters_keeps_the_schedule(tmp_path):
+    "lr_decay_iters=None is fixed to the first run's max_iters and stored, so raising max_iters on resume cannot make lr jump."
+    tr, va = tiny_data()
+    cfg = TrainConfig(**{**TINY_TRAIN, "lr_decay_iters": None})  # decay over max_iters = 6
+    first = train(tiny_model(), tr, va, cfg, out_dir=tmp_path, progress=False)
+    assert load_checkpoint(tmp_path)["train_config"]["lr_decay_iters"] == 6
+    longer = TrainConfig(**{**cfg.to_dict(), "max_iters": 10})
+    resumed = train(tiny_model(), tr, va, longer, out_dir=tmp_path, resume=True, progress=False)
+    assert resumed.lr[:6] == first.lr
+    assert resumed.lr[6:] == [lr_at(s, cfg) for s in range(6, 10)] == [cfg.min_lr] * 4  # the original schedule
+    assert resumed.lr[6] < resumed.lr[5]  # no jump back up the cosine
+    assert load_checkpoint(tmp_path)["train_config"]["lr_decay_iters"] == 6
+    # a checkpoint written before the fix (lr_decay_iters=None stored) resumes on its own max_iters' schedule too
+    ckpt = load_checkpoint(tmp_path)
+    ckpt["train_config"]["lr_decay_iters"] = None
+    ckpt["train_config"]["max_iters"] = 10
+    torch.save(ckpt, tmp_path/"ckpt.pt")
+    resumed = train(tiny_model(), tr, va, TrainConfig(**{**cfg.to_dict(), "max_iters": 12}), out_dir=tmp_path,
+                    resume=True, progress=False)
+    assert resumed.lr[10:] == [cfg.min_lr] * 2
+    with pytest.raises(CheckpointError, match=r"'lr_decay_iters': \(10, 12\)"):  # an explicit new decay is refused
+        train(tiny_model(), tr, va, TrainConfig(**{**cfg.to_dict(), "max_iters": 14, "lr_decay_iters": 12}),
+              out_dir=tmp_path, resume=True, progress=False)
+
+
 def test_checkpoint_round_trip(tmp_path):
     tr, va = tiny_data()
     tok = CharTokenizer(list("abcdefghijk"))
@@ -279,6 +329,45 @@ def test_corrupt_and_incompatible_checkpoints(tmp_path):
               progress=False)
     with pytest.raises(CheckpointError, match="no checkpoint at"):
         train(tiny_model(), tr, va, TrainConfig(**TINY_TRAIN), out_dir=tmp_path/"empty", resume=True, progress=False)
+
+
+class _GPT2Stub:
+    "Anything with `to_dict()`: makes the checkpoint record a GPT-2 tokenizer."
+    def to_dict(self): return {"kind": "gpt2"}
+
+
+def test_load_model_lets_data_errors_through(tmp_path, monkeypatch):
+    import transformerbook.tokenization as tokenization
+    from transformerbook.data import ChecksumError, DataUnavailableError
+    save_checkpoint(tmp_path, tiny_model(), None, step=0, tokenizer=_GPT2Stub())
+    for error in (DataUnavailableError("gpt2 vocab.bpe is not available offline"), ChecksumError("sha256 mismatch")):
+        def missing(*a, error=error, **k): raise error
+        monkeypatch.setattr(tokenization, "gpt2_encoding", missing)
+        with pytest.raises(type(error), match=str(error)):  # not a CheckpointError: the checkpoint is fine
+            load_model(tmp_path)
+    save_checkpoint(tmp_path, tiny_model(), None, step=0, tokenizer=None)
+    ckpt = load_checkpoint(tmp_path)
+    ckpt["tokenizer"] = {"kind": "word"}
+    torch.save(ckpt, tmp_path/"ckpt.pt")
+    with pytest.raises(CheckpointError, match="cannot rebuild: ValueError: unknown tokenizer kind 'word'"):
+        load_model(tmp_path)
+
+
+def test_load_model_error_with_empty_message(tmp_path, monkeypatch):
+    save_checkpoint(tmp_path, tiny_model(), None, step=0)
+    def fail(self, *a, **k): raise RuntimeError("")
+    monkeypatch.setattr(GPT, "load_state_dict", fail)
+    with pytest.raises(CheckpointError, match=r"does not match this code's model: RuntimeError$"):
+        load_model(tmp_path)
+
+
+def test_checkpoint_stores_cuda_rng_only_when_cuda_is_used(tmp_path):
+    save_checkpoint(tmp_path, tiny_model(), None, step=0)
+    state = load_checkpoint(tmp_path)["rng"]["cuda"]
+    if torch.cuda.is_initialized():
+        assert len(state) == torch.cuda.device_count()
+    else:
+        assert state is None
 
 
 # ---------------------------------------------------------------- data

@@ -17,8 +17,9 @@ import torch
 from .data import DataUnavailableError, ChecksumError, train_val_split
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, GPT2Tokenizer
-from .training import (DATASETS, CheckpointError, TrainConfig, TrainingDivergedError, baby_gpt_configs,
-                                      checkpoint_file, load_checkpoint, load_dataset, load_model, train)
+from .training import (CHECKPOINT_NAME, DATASETS, CheckpointError, TrainConfig, TrainingDivergedError,
+                                      baby_gpt_configs, checkpoint_file, load_checkpoint, load_dataset, load_model,
+                                      train)
 
 # %% auto #0
 __all__ = ['build_parser', 'main']
@@ -49,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="char: one token per character (default); gpt2: GPT-2's byte-pair encoding")
     t.add_argument("--out", required=True, metavar="DIR", help="folder for the checkpoint DIR/ckpt.pt")
     t.add_argument("--resume", action="store_true", help="continue from DIR's checkpoint, exactly")
+    t.add_argument("--force", action="store_true",
+                   help="start a new run even if DIR already holds a checkpoint, overwriting it (without --force "
+                        "that is refused, so a finished run is never replaced by accident)")
     t.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     g = t.add_argument_group("model (new runs; a resumed run keeps the checkpoint's)")
     for name, typ in _MODEL_OPTIONS.items():
@@ -60,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         note = "; may change when resuming" if name in _RESUMABLE else ""
         default = getattr(train_cfg, name)
         g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None,
-                       help=f"{name} (default {default if name != 'lr_decay_iters' else 'max_iters'}{note})")
+                       help=f"{name} (default {default if name != 'lr_decay_iters' else 'max_iters of the new run, kept when resuming'}{note})")
 
     s = sub.add_parser("sample", help="generate text from a checkpoint",
                        description="Print the prompt followed by generated text; the same seed gives the same text.")
@@ -91,22 +95,31 @@ def _given(args, names) -> dict:
 
 def _train(args) -> int:
     out = Path(args.out)
+    ckpt_path = out/CHECKPOINT_NAME  # where `train` reads and writes the checkpoint
+    if out.exists() and not out.is_dir(): raise ValueError(f"--out {out} is a file; give a folder for the checkpoint")
+    if args.resume and args.force: raise ValueError("--resume and --force contradict each other: choose one")
+    if not args.resume and ckpt_path.exists() and not args.force:
+        raise ValueError(f"{ckpt_path} already exists: continue it with --resume, or overwrite it with --force")
     model_given = _given(args, [*_MODEL_OPTIONS, "norm"])
     train_given = _given(args, _TRAIN_OPTIONS)
     if args.resume:
-        ckpt = load_checkpoint(out)
-        if ckpt["train_config"] is None: raise CheckpointError(f"cannot resume from {checkpoint_file(out)}: no optimizer state")
+        ckpt = load_checkpoint(ckpt_path)
+        if ckpt["train_config"] is None: raise CheckpointError(f"cannot resume from {ckpt_path}: no optimizer state")
         model_cfg = GPTConfig.from_dict(ckpt["model_config"])
         clash = {k: (getattr(model_cfg, k), v) for k, v in model_given.items() if getattr(model_cfg, k) != v}
         clash |= {k: (ckpt["train_config"][k], v) for k, v in train_given.items() if ckpt["train_config"][k] != v}
         if clash:
             raise CheckpointError(f"cannot resume: options differ from the checkpoint's ({{option: (checkpoint, "
                                   f"given)}} = {clash}); only {sorted(_RESUMABLE)} may change")
-        train_cfg = TrainConfig.from_dict({**ckpt["train_config"], **_given(args, _RESUMABLE)})
+        old = ckpt["train_config"]  # a checkpoint without lr_decay_iters decayed over its own max_iters: keep that
+        decay = old["max_iters"] if old.get("lr_decay_iters") is None else old["lr_decay_iters"]
+        train_cfg = TrainConfig.from_dict({**old, "lr_decay_iters": decay, **_given(args, _RESUMABLE)})
     else:
         base_model, base_train = baby_gpt_configs()
         train_cfg = TrainConfig.from_dict({**base_train.to_dict(), "lr_decay_iters": None, **train_given,
                                            **_given(args, _RESUMABLE)})
+        # lr_decay_iters=None: `train` fixes it to max_iters and stores it, so a later --resume --max-iters N keeps
+        # this run's schedule (no jump of the learning rate)
         model_cfg = None  # needs the vocabulary size, known once the tokenizer is built
     tok, train_ids, val_ids = _load_corpus(args.data, args.tokenizer)
     if model_cfg is None:
@@ -121,12 +134,12 @@ def _train(args) -> int:
     torch.manual_seed(train_cfg.seed)
     model = GPT(model_cfg)
     print(f"{model.n_params() / 1e6:.2f}M parameters; {len(train_ids):,} training / {len(val_ids):,} validation tokens; "
-          f"{'resuming' if args.resume else 'writing'} {checkpoint_file(out)}", file=sys.stderr)
+          f"{'resuming' if args.resume else 'writing'} {ckpt_path}", file=sys.stderr)
     history = train(model, train_ids, val_ids, train_cfg, out_dir=out, tokenizer=tok, resume=args.resume,
                     progress=not args.no_progress)
     if history.steps:
         print(f"step {history.steps[-1]}: train loss {history.train_loss[-1]:.4f}, val loss {history.val_loss[-1]:.4f}; "
-              f"checkpoint {checkpoint_file(out)}")
+              f"checkpoint {ckpt_path}")
     return 0
 
 # %% ../nbs/08a_cli.ipynb #0a28ca07

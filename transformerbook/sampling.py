@@ -170,8 +170,9 @@ def generate(model: nn.Module, # a `GPT` (anything with `.config.context_length`
 
     Rows of different lengths are left-padded; pads are masked and skipped by the position ids, so row b equals
     `generate` on prompt b alone (with `generator[b]` when sampling) up to its padding. Contexts longer than
-    `context_length` keep their last `context_length` tokens. Raises `ValueError` for max_new_tokens < 0,
-    temperature < 0, top_k < 1, top_p outside (0, 1], an empty prompt, or token ids outside the vocabulary."""
+    `context_length` keep their last `context_length` tokens. Raises `TypeError` if `token_ids` is a tensor of a
+    non-integer dtype (e.g. float), `ValueError` for max_new_tokens < 0, temperature < 0, top_k < 1, top_p outside
+    (0, 1], an empty prompt, or token ids outside the vocabulary."""
     cfg = model.config
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 0")
@@ -279,14 +280,23 @@ def repeated_ngram_fraction(tokens: Sequence, # tokens, words or characters
 # %% ../nbs/07_sampling.ipynb #ccfc7e41
 @torch.no_grad()
 def perplexity(model: nn.Module, # a `GPT`
-               token_ids, # (T,) int: one token sequence (list or tensor)
+               token_ids, # (T,) integer token ids: one sequence (list or 1-D tensor)
                prompt_length: int = 1, # score tokens from this index on; earlier tokens are context only (>= 1)
               ) -> float: # exp of the mean negative log-likelihood, per token
-    """Perplexity of token_ids[prompt_length:] given what precedes each token, under `model`.
+    """Perplexity of token_ids[prompt_length:] given what precedes each token, under `model`:
+    exp(-mean over t of log P(w_t | w_<t)), in the natural log.
 
-    Sequences longer than the context are scored in windows advancing by context_length // 2 tokens.
-    Raises `ValueError` if prompt_length is not in [1, T)."""
-    ids = torch.as_tensor(token_ids, dtype=torch.long).flatten()
+    Each token is conditioned on at most `context_length` preceding tokens; sequences longer than the context are
+    scored in windows advancing by context_length // 2 tokens. Raises `TypeError` for non-integer ids (e.g. a float
+    tensor), `ValueError` if the ids are not one 1-D sequence or prompt_length is not in [1, T)."""
+    if not isinstance(token_ids, Tensor):
+        token_ids = torch.as_tensor(token_ids) if len(token_ids) else torch.zeros(0, dtype=torch.long)
+    if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex or token_ids.dtype == torch.bool:
+        raise TypeError(f"token_ids must be integer token ids, got dtype {token_ids.dtype}")
+    if token_ids.dim() != 1:
+        raise ValueError(f"token_ids must be one sequence of shape (T,), got shape {tuple(token_ids.shape)}; "
+                         "score a batch one row at a time")
+    ids = token_ids.long()
     T, C = ids.numel(), model.config.context_length
     if not isinstance(prompt_length, int) or not 1 <= prompt_length < T:
         raise ValueError(f"prompt_length={prompt_length!r} must be in [1, T={T})")
@@ -297,10 +307,10 @@ def perplexity(model: nn.Module, # a `GPT`
     model.eval()
     try:
         first, stride = 1, max(1, C // 2)
-        while first < T:  # score targets first..end-1 with the window ids[end - C : end]
-            end = min(T, max(first + stride, C))
-            start = max(0, end - C)
-            logp = model(ids[None, start:end])[0].double().log_softmax(-1)  # (end - start, V)
+        while first < T:  # score targets first..end-1, feeding the (at most C) inputs ids[start : end-1]
+            end = min(T, max(first + stride, C + 1))
+            start = max(0, end - 1 - C)  # <= first - 1, so every target's predecessor is in the window
+            logp = model(ids[None, start:end - 1])[0].double().log_softmax(-1)  # (end - 1 - start, V)
             t = torch.arange(first, end, device=device)
             nll[first:end] = -logp[t - start - 1, ids[first:end]]  # position t-1 predicts token t
             first = end

@@ -62,7 +62,9 @@ class GPT2Tokenizer:
     def vocab_size(self) -> int: return self.encoding.n_vocab
 
     @property
-    def eot_token_id(self) -> int: return self.encoding.eot_token
+    def eos_token_id(self) -> int:
+        "The id of `<|endoftext|>` (50256), which ends (and separates) documents; Hugging Face's name for it."
+        return self.encoding.eot_token
 
     def encode(self, text: str, allow_special: bool = False) -> list[int]:
         "Token ids of `text`; `<|endoftext|>` is encoded as the special token only if `allow_special`."

@@ -14,7 +14,7 @@ import math
 import os
 import random
 import tempfile
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -23,7 +23,8 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 import transformerbook
-from .data import END_OF_TEXT_ID, cache_dir, load_tinyshakespeare, train_val_split
+from .data import (END_OF_TEXT_ID, ChecksumError, DataUnavailableError, cache_dir, load_tinyshakespeare,
+                                  train_val_split)
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, GPT2Tokenizer, tokenizer_from_dict
 
@@ -34,13 +35,21 @@ __all__ = ['DATASETS', 'CHECKPOINT_NAME', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSI
            'load_checkpoint', 'load_model', 'train', 'baby_gpt_configs', 'shakespeare_model']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
+def _is_integer_tensor(x) -> bool:
+    "True for a tensor of an integer dtype (not float, complex or bool)."
+    return isinstance(x, Tensor) and not (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool)
+
 def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores over the vocabulary
                        targets: Tensor, # (...) int64: the index of the correct next token at each position
                        ignore_index: int | None = None, # target value whose positions are left out (e.g. padding)
                       ) -> Tensor: # scalar: mean of -log softmax(logits)[target] over the kept positions
     """Cross-entropy language-model loss, J&M eqs. 10.50-10.51: $L_{CE} = -\\log \\hat y_t[w_{t+1}]$ averaged over
     positions. Matches `torch.nn.functional.cross_entropy(logits.flatten(0, -2), targets.flatten())`.
-    Raises `ValueError` if the shapes do not line up or a kept target lies outside [0, V)."""
+    Raises `TypeError` if `targets` is not an integer tensor, `ValueError` if the shapes do not line up or a kept
+    target lies outside [0, V)."""
+    if not _is_integer_tensor(targets):
+        raise TypeError(f"targets must be an integer tensor of token ids, got dtype {targets.dtype}")
+    targets = targets.long()
     if logits.dim() < 1 or logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits shape {tuple(logits.shape)} must be targets shape {tuple(targets.shape)} + (V,)")
     V = logits.shape[-1]
@@ -59,10 +68,13 @@ def get_batch(data: Tensor, # (N,) int64 token ids of a whole split
               generator: torch.Generator | None = None, # source of the random offsets (seeded => reproducible)
              ) -> tuple[Tensor, Tensor]: # x, y: (B, T) int64; y is x shifted left by one token
     """A random batch of windows for teacher forcing (J&M 10.9): `x = data[i:i+T]`, `y = data[i+1:i+T+1]`, so `y[b, t]`
-    is the token that follows `x[b, :t+1]`. Raises `ValueError` for batch_size < 1 or a corpus not longer than T."""
+    is the token that follows `x[b, :t+1]`. Raises `TypeError` if `data` is not an integer tensor, `ValueError` for
+    batch_size < 1 or a corpus not longer than T."""
     if not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f"batch_size={batch_size!r} must be an int >= 1")
     if not isinstance(context_length, int) or context_length < 1:
         raise ValueError(f"context_length={context_length!r} must be an int >= 1")
+    if not _is_integer_tensor(data):
+        raise TypeError(f"data must be an integer tensor of token ids, got {getattr(data, 'dtype', type(data).__name__)}")
     if data.dim() != 1: raise ValueError(f"data must be 1-D token ids, got shape {tuple(data.shape)}")
     if len(data) <= context_length:
         raise ValueError(f"the corpus has {len(data)} tokens; it needs more than context_length={context_length}")
@@ -74,14 +86,14 @@ def get_batch(data: Tensor, # (N,) int64 token ids of a whole split
 # %% ../nbs/08_training.ipynb #ddbcbfc8
 def pack_documents(documents: list, # token-id lists, one per document
                    context_length: int, # T, the length of every window
-                   eot_id: int = END_OF_TEXT_ID, # separator appended after every document (GPT-2: <|endoftext|> = 50256)
+                   eos_token_id: int = END_OF_TEXT_ID, # end-of-text separator after every document (GPT-2: 50256)
                   ) -> Tensor: # (N, T) int64 with N = len(stream) // T
-    """Pack documents into full context windows (J&M 10.9.1): concatenate them, each followed by `eot_id`, and cut the
-    stream into consecutive windows of `context_length` tokens. The tokens left over after the last full window
-    (fewer than T) are dropped; nothing is padded. Raises `ValueError` for context_length < 1."""
+    """Pack documents into full context windows (J&M 10.9.1): concatenate them, each followed by the end-of-text id
+    `eos_token_id`, and cut the stream into consecutive windows of `context_length` tokens. The tokens left over after
+    the last full window (fewer than T) are dropped; nothing is padded. Raises `ValueError` for context_length < 1."""
     if not isinstance(context_length, int) or context_length < 1:
         raise ValueError(f"context_length={context_length!r} must be a positive int")
-    stream = [t for doc in documents for t in [*map(int, doc), eot_id]]  # d1 <eot> d2 <eot> ...
+    stream = [t for doc in documents for t in [*map(int, doc), eos_token_id]]  # d1 <eos> d2 <eos> ...
     n_windows = len(stream) // context_length
     return torch.tensor(stream[:n_windows * context_length], dtype=torch.long).view(n_windows, context_length)
 
@@ -114,7 +126,7 @@ class TrainConfig:
     learning_rate: float = 1e-3  # peak learning rate (reached at the end of warm-up)
     min_lr: float = 1e-4  # floor of the cosine decay (nanoGPT: learning_rate / 10)
     warmup_iters: int = 100  # linear warm-up steps
-    lr_decay_iters: int | None = None  # step at which the cosine reaches min_lr; None means max_iters
+    lr_decay_iters: int | None = None  # step at which the cosine reaches min_lr; None: max_iters of the first run
     weight_decay: float = 0.1  # AdamW decay, applied to matrices only (dim >= 2)
     beta1: float = 0.9  # AdamW β1
     beta2: float = 0.99  # AdamW β2; nanoGPT uses 0.99 for small batches (0.95 for GPT-2)
@@ -124,10 +136,22 @@ class TrainConfig:
     seed: int = 1337  # seeds the batch sampler and torch's global RNG (dropout)
 
     def __post_init__(self):
+        "Type errors name the field and value (`TypeError`); out-of-range values raise `ValueError`."
+        ints = ("max_iters", "batch_size", "warmup_iters", "eval_interval", "eval_iters", "seed")
+        floats = ("learning_rate", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip")
+        for name in (*ints, "lr_decay_iters"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool)) and not (name == "lr_decay_iters" and value is None):
+                raise TypeError(f"{name}={value!r} must be an int{' or None' if name == 'lr_decay_iters' else ''}, "
+                                f"not {type(value).__name__}")
+        for name in floats:
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise TypeError(f"{name}={value!r} must be a number, not {type(value).__name__}")
+            if not math.isfinite(value): raise ValueError(f"{name}={value!r} must be finite")
         for name, low in (("max_iters", 1), ("batch_size", 1), ("warmup_iters", 0), ("eval_interval", 1), ("eval_iters", 1)):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name}={value!r} must be an int >= {low}")
+            if value < low: raise ValueError(f"{name}={value!r} must be an int >= {low}")
         if not self.learning_rate > 0: raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
         if not 0 <= self.min_lr <= self.learning_rate:
             raise ValueError(f"min_lr={self.min_lr} must be in [0, learning_rate={self.learning_rate}]")
@@ -255,8 +279,10 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
                     history: TrainHistory | None = None,
                     generator: torch.Generator | None = None, # the batch sampler, so a resumed run draws the same batches
                    ) -> Path:
-    """Save everything needed to resume exactly, atomically (a crash mid-save leaves the previous file intact).
-    Only tensors and plain containers are stored, so `load_checkpoint` can use `torch.load(weights_only=True)`."""
+    """Save everything needed to resume exactly, atomically (a crash mid-save leaves the previous file intact): the
+    weights, optimizer state, configs, tokenizer, history and the random states (torch's CPU generator, every CUDA
+    device's generator once CUDA is in use, Python's, and the batch sampler). Only tensors and plain containers are
+    stored, so `load_checkpoint` can use `torch.load(weights_only=True)`."""
     path = checkpoint_file(path)
     ckpt = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "code_version": transformerbook.__version__,
             "step": int(step), "model": model.state_dict(), "model_config": model.config.to_dict(),
@@ -265,6 +291,7 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
             "tokenizer": None if tokenizer is None else tokenizer.to_dict(),
             "history": None if history is None else history.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,  # dropout on GPU
                     "batch_generator": None if generator is None else generator.get_state()}}
     _atomic_torch_save(ckpt, path)
     return path
@@ -282,7 +309,7 @@ def load_checkpoint(path: str | Path, # a checkpoint file or a run folder
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise CheckpointError(f"cannot read checkpoint {path} (corrupt or truncated?): {type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''}") from e
+                              f"{_first_line(e)}") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a transformerbook checkpoint")
     if ckpt.get("version") != CHECKPOINT_VERSION:
@@ -292,18 +319,33 @@ def load_checkpoint(path: str | Path, # a checkpoint file or a run folder
     if missing: raise CheckpointError(f"{path} lacks {missing}")
     return ckpt
 
+def _first_line(e: BaseException) -> str:
+    "`Type: first line of the message` (just the type if the message is empty), for one-line errors."
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+
 def load_model(path: str | Path, # a checkpoint file or a run folder
                device: str | torch.device = "cpu",
               ) -> tuple: # (GPT in eval mode, tokenizer or None)
-    "Rebuild the model (and its tokenizer) saved in a checkpoint. Raises `CheckpointError` for a bad checkpoint."
+    """Rebuild the model (and its tokenizer) saved in a checkpoint. Raises `CheckpointError` for a bad checkpoint;
+    `DataUnavailableError` / `ChecksumError` pass through unchanged when a GPT-2 tokenizer's files are missing or
+    corrupt (the checkpoint is fine, the data is not)."""
     ckpt = load_checkpoint(path)
     try:
         model = GPT(GPTConfig.from_dict(ckpt["model_config"]))
         model.load_state_dict(ckpt["model"])
-        tokenizer = None if ckpt["tokenizer"] is None else tokenizer_from_dict(ckpt["tokenizer"])
     except (ValueError, RuntimeError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint {checkpoint_file(path)} does not match this code's model: "
-                              f"{str(e).splitlines()[0]}") from e
+                              f"{_first_line(e)}") from e
+    tokenizer = None
+    if ckpt["tokenizer"] is not None:
+        try:
+            tokenizer = tokenizer_from_dict(ckpt["tokenizer"])  # GPT-2 / BPE read their files from the data folder
+        except (DataUnavailableError, ChecksumError):
+            raise  # a data problem, not a checkpoint problem: keep its own message (how to get the files)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(f"checkpoint {checkpoint_file(path)} holds a tokenizer this code cannot rebuild: "
+                                  f"{_first_line(e)}") from e
     return model.to(device).eval(), tokenizer
 
 # %% ../nbs/08_training.ipynb #01d188d9
@@ -317,7 +359,8 @@ def _check_resumable(ckpt: dict, model: GPT, cfg: TrainConfig, tokenizer, path: 
                               f"= {diff})")
     if ckpt["optimizer"] is None or ckpt["train_config"] is None or ckpt["history"] is None:
         raise CheckpointError(f"cannot resume from {path}: it holds no optimizer state (an inference-only checkpoint)")
-    old = ckpt["train_config"]
+    old = dict(ckpt["train_config"])
+    if old.get("lr_decay_iters") is None: old["lr_decay_iters"] = old.get("max_iters")  # its schedule ended there
     diff = {k: (old.get(k), v) for k, v in cfg.to_dict().items() if k not in _RESUMABLE_CHANGES and old.get(k) != v}
     if diff:
         raise CheckpointError(f"cannot resume from {path}: training settings differ ({{field: (checkpoint, this run)}} "
@@ -338,7 +381,13 @@ def train(model: GPT, # trained in place (on its own device)
          ) -> TrainHistory:
     """Train a GPT by minimising the cross-entropy of the next token (J&M eq. 10.51) with AdamW, nanoGPT's warm-up +
     cosine schedule and gradient clipping. Evaluates on both splits every `eval_interval` steps and at the end,
-    checkpointing each time. Seeded and deterministic on CPU. Raises `TrainingDivergedError` (the last good checkpoint
+    checkpointing each time. Seeded; a resumed run is bit-for-bit the uninterrupted one on CPU (on a GPU the random
+    streams are restored too, but some CUDA kernels are not deterministic).
+
+    `cfg.lr_decay_iters=None` means "decay until this run's `max_iters`": a new run fixes it to that number and
+    records it in the checkpoint, and a resume with `lr_decay_iters=None` keeps the checkpoint's value, so raising
+    `max_iters` on resume continues the same schedule (at `min_lr` past its end) instead of jumping back up the cosine.
+    Raises `TrainingDivergedError` (the last good checkpoint
     is kept), `CheckpointError` when resuming from a missing or incompatible checkpoint, `ValueError` for data
     shorter than the context."""
     T = model.config.context_length
@@ -353,6 +402,9 @@ def train(model: GPT, # trained in place (on its own device)
     if resume:
         if ckpt_path is None: raise ValueError("resume=True needs out_dir (where the checkpoint is)")
         ckpt = load_checkpoint(ckpt_path)
+        old = ckpt["train_config"] or {}
+        if cfg.lr_decay_iters is None and old.get("max_iters") is not None:  # keep the schedule the run started with
+            cfg = replace(cfg, lr_decay_iters=old["max_iters"] if old.get("lr_decay_iters") is None else old["lr_decay_iters"])
         _check_resumable(ckpt, model, cfg, tokenizer, ckpt_path)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -360,8 +412,11 @@ def train(model: GPT, # trained in place (on its own device)
         if ckpt["rng"]["batch_generator"] is not None: gen.set_state(ckpt["rng"]["batch_generator"])
         torch.set_rng_state(ckpt["rng"]["torch"])
         random.setstate(_as_tuple(ckpt["rng"]["python"]))
+        if ckpt["rng"].get("cuda") is not None and torch.cuda.is_available():
+            for i, state in enumerate(ckpt["rng"]["cuda"][:torch.cuda.device_count()]): torch.cuda.set_rng_state(state, i)
     else:
-        torch.manual_seed(cfg.seed)  # dropout masks
+        cfg = replace(cfg, lr_decay_iters=cfg.decay_iters)  # None -> max_iters, recorded so a resume keeps the schedule
+        torch.manual_seed(cfg.seed)  # dropout masks (on every device)
     model.train()
     bar = tqdm(total=cfg.max_iters, initial=min(start, cfg.max_iters), disable=not progress, desc=desc, unit="step",
                dynamic_ncols=True)
