@@ -44,7 +44,7 @@ test: env browser
 # Developers: re-execute notebooks in place so their saved outputs (plots) are current, then clean and export.
 outputs: env
 	OMP_NUM_THREADS=$(NB_THREADS) $(PY) tools/execute_nbs.py --inplace --workers $(WORKERS) $(NB)
-	$(VENV)/bin/nbdev-clean --fname $(NB)
+	for f in $(NB); do $(VENV)/bin/nbdev-clean --fname $$f; done
 	$(VENV)/bin/nbdev-export
 	$(PY) tools/make_readme.py
 
