@@ -45,9 +45,13 @@ WRONG = [(t, c, name, bad) for t, c in CASES for name, bad in c.wrong.items()]
 @pytest.mark.parametrize("topic,case,mistake,wrong", WRONG,
                          ids=[f"{t}-{c.checker.__name__}-{m}" for t, c, m, _ in WRONG])
 def test_checker_rejects_wrong_answer(topic, case, mistake, wrong):
+    "Rejected, and for the right reason: the message contains the hint recorded for this mistake."
     with pytest.raises(AssertionError) as err:
         case.checker(wrong)
     assert str(err.value).strip(), f"{case.checker.__name__} rejected '{mistake}' without saying why"
+    assert mistake in case.hints, f"META_CASES of {case.checker.__name__} records no expected hint for '{mistake}'"
+    assert case.hints[mistake] in str(err.value), (
+        f"{case.checker.__name__} rejected '{mistake}' with the wrong explanation: {err.value}")
 
 
 @pytest.mark.parametrize("topic,case", CASES, ids=[f"{t}-{c.checker.__name__}" for t, c in CASES])

@@ -107,6 +107,29 @@ def _affected_ref(layer, x, t):
     return diff.amax(dim=(0, 2)) > 1e-6  # (T,)
 
 # %% ../../nbs/checks/04_blocks.ipynb #327a1e79
+def _affected_hint(affected_positions: Callable, got: Tensor, want: Tensor, x: Tensor, t: int) -> str:
+    "Name the likely mistake behind a wrong answer `got` (T,) bool, probing the reader's function on simple layers."
+    default = ("compare layer(x_perturbed) with layer(x) (not with the input), perturb only x[:, t], and reduce |Δ| "
+               "over the batch and feature axes with a small threshold such as 1e-6.")
+    only_t = torch.zeros_like(want); only_t[t] = True
+    if torch.equal(got, only_t):
+        return ("you marked only position t itself, as if no layer mixed positions. Measure it: run the layer on the "
+                "perturbed and on the original input and mark the outputs that actually change. " + default)
+    def probe(layer) -> Tensor | None:  # the reader's answer on a simple layer, or None if it fails
+        try: out = call_learner(affected_positions, layer, x.clone(), t, what="affected_positions")
+        except AssertionError: return None
+        return out.bool() if isinstance(out, Tensor) and out.shape == want.shape else None
+    zero = probe(lambda h: torch.zeros_like(h))  # nothing changes, so nothing may be marked
+    if zero is not None and zero.all():
+        return ("a layer whose output never changes got every position marked: your baseline is the input x, not "
+                "layer(x). Compare layer(x_perturbed) with layer(x). " + default)
+    ident = probe(lambda h: h.clone())  # only position t changes
+    if ident is not None and ident.all():
+        return ("the identity layer got every position marked: you perturbed every position, not only x[:, t]. "
+                "Add noise to x_perturbed[:, t] alone. " + default)
+    return default
+
+# %% ../../nbs/checks/04_blocks.ipynb #b6f5e9c9
 @checker("Exercise 4.3 — which positions does a sublayer mix?")
 def check_affected_positions(affected_positions: Callable, # affected_positions(layer, x (B, T, D), t) -> (T,) bool
                             ) -> None:
@@ -132,9 +155,8 @@ def check_affected_positions(affected_positions: Callable, # affected_positions(
             if not torch.equal(got, want):
                 raise AssertionError(
                     f"{name}, perturbing position t={t}: you marked positions {got.nonzero().flatten().tolist()}, "
-                    f"but the outputs that change are {want.nonzero().flatten().tolist()}. Hint: compare layer(x_perturbed) "
-                    f"with layer(x) (not with the input), perturb only x[:, t], and reduce |Δ| over the batch and "
-                    f"feature axes with a small threshold such as 1e-6.")
+                    f"but the outputs that change are {want.nonzero().flatten().tolist()}. "
+                    f"Hint: {_affected_hint(affected_positions, got, want, x, t)}")
 
 # %% ../../nbs/checks/04_blocks.ipynb #f1fd9d93
 def _ln_variant(kind: str):
@@ -172,11 +194,18 @@ def _perturb_everything(layer, x, t):
 META_CASES = [
     MetaCase(check_layer_norm, reference=_layer_norm_ref,
              wrong={k: _ln_variant(k) for k in ("unbiased variance", "eps outside sqrt", "no eps",
-                                                 "gamma and beta swapped", "wrong axis")}),
+                                                 "gamma and beta swapped", "wrong axis")},
+             hints={"unbiased variance": "unbiased (n-1) variance", "eps outside sqrt": "inside the square root",
+                    "no eps": "ε is missing", "gamma and beta swapped": "γ and β are swapped",
+                    "wrong axis": "normalised over the first axis"}),
     MetaCase(check_pre_norm_block, reference=_pre_norm_ref,
              wrong={"post-norm order": _post_norm_order, "no attention residual": _no_attention_residual,
-                    "no feed-forward residual": _no_ffn_residual}),
+                    "no feed-forward residual": _no_ffn_residual},
+             hints={"post-norm order": "post-norm order", "no attention residual": "residual around attention is missing",
+                    "no feed-forward residual": "residual around the feed-forward network is missing"}),
     MetaCase(check_affected_positions, reference=_affected_ref,
              wrong={"assumes no mixing": _only_self, "compares with the input": _compare_with_input,
-                    "perturbs every position": _perturb_everything}),
+                    "perturbs every position": _perturb_everything},
+             hints={"assumes no mixing": "only position t itself", "compares with the input": "your baseline is the input",
+                    "perturbs every position": "you perturbed every position"}),
 ]

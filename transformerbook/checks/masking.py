@@ -93,6 +93,10 @@ def check_combine_masks(fn, # fn(causal (T, S), key_padding (B, S)) -> (B, 1, T,
         out = call_learner(fn, causal, key_padding,
                            what=f"fn(causal {tuple(causal.shape)}, key_padding {tuple(key_padding.shape)})",
                            hint="broadcast causal to (1, 1, T, S) and key_padding to (B, 1, 1, S), then combine with &.")
+        if isinstance(out, Tensor) and out.shape == (len(lengths), T, S):
+            raise AssertionError(f"fn(causal {tuple(causal.shape)}, key_padding {tuple(key_padding.shape)}) returned "
+                                 f"shape {tuple(out.shape)} = (B, T, S): the head axis is missing. Hint: the mask must "
+                                 f"be (B, 1, T, S) so that it broadcasts over the H heads of the scores (B, H, T, S).")
         _assert_mask_equal(out, ref, f"fn(causal {tuple(causal.shape)}, key_padding {tuple(key_padding.shape)})", {
             "it combines with OR; a key must be both in the past AND a real token (use &).":
                 causal[None, None] | key_padding[:, None, None, :],
@@ -180,13 +184,21 @@ def _attention_unmasked_rows_uniform(q, k, v, mask):  # -1e9 instead of zeros: f
 META_CASES = [
     MetaCase(check_causal_mask, _causal_reference,
              wrong={"upper triangle": _causal_upper, "diagonal missing": _causal_no_diagonal,
-                    "flipped polarity": _causal_flipped, "int dtype": _causal_int}),
+                    "flipped polarity": _causal_flipped, "int dtype": _causal_int},
+             hints={"upper triangle": "upper triangle", "diagonal missing": "diagonal is missing",
+                    "flipped polarity": "polarity is flipped", "int dtype": "expected torch.bool"}),
     MetaCase(check_padding_mask, _padding_reference,
-             wrong={"flipped polarity": _padding_flipped, "off by one": _padding_off_by_one, "left padding": _padding_left}),
+             wrong={"flipped polarity": _padding_flipped, "off by one": _padding_off_by_one, "left padding": _padding_left},
+             hints={"flipped polarity": "polarity is flipped", "off by one": "off by one",
+                    "left padding": "padding is on the left"}),
     MetaCase(check_combine_masks, _combine_reference,
              wrong={"OR instead of AND": _combine_or, "no head axis": _combine_no_head_axis,
-                    "padding on queries": _combine_padding_on_queries}),
+                    "padding on queries": _combine_padding_on_queries},
+             hints={"OR instead of AND": "combines with OR", "no head axis": "head axis is missing",
+                    "padding on queries": "applied to the queries"}),
     MetaCase(check_masked_attention, _attention_reference,
              wrong={"-inf gives NaN": _attention_minus_inf, "flipped mask": _attention_flipped,
-                    "fully masked rows not zeroed": _attention_unmasked_rows_uniform}),
+                    "fully masked rows not zeroed": _attention_unmasked_rows_uniform},
+             hints={"-inf gives NaN": "softmax over a row of -inf", "flipped mask": "mask polarity is flipped",
+                    "fully masked rows not zeroed": "rows with no allowed key must output zeros"}),
 ]

@@ -69,6 +69,10 @@ def check_merge_heads(fn, # fn(x (B, H, T, Dh)) -> (B, T, H·Dh): the heads conc
         if _same(out, x.flip(1).transpose(1, 2).reshape(B, T, H * Dh)) and H > 1:
             raise AssertionError("fn(x) concatenates the heads in reverse order; head 0 must fill features 0..Dh-1 "
                                  "(J&M eq. 10.19: head_1 ⊕ head_2 ⊕ ... ⊕ head_h).")
+        if _same(out, x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)) and H > 1 and Dh > 1:
+            raise AssertionError("fn(x) interleaves the heads: feature i·H + h came from head h. Head h must fill the "
+                                 "contiguous slice h·Dh:(h+1)·Dh. Hint: transpose(1, 2) to (B, T, H, Dh), not "
+                                 "permute(0, 2, 3, 1) to (B, T, Dh, H).")
         assert_tensors_close(out, ref, f"fn(x of shape {(B, H, T, Dh)})",
                              hint="(B, H, T, Dh) -> transpose(1, 2) -> (B, T, H, Dh) -> reshape (B, T, H·Dh)")
     x = torch.randn(2, 5, 12, generator=g)
@@ -152,6 +156,34 @@ def check_multihead_class(cls, # cls(d_model, n_heads), an nn.Module with q_proj
             assert_tensors_close(out, expected, name, hint=hint)
 
 # %% ../../nbs/checks/03_multihead.ipynb #1d748784
+def _from_torch(theirs: nn.MultiheadAttention, order=(0, 1, 2), transpose=False, biases=True) -> MultiHeadAttention:
+    "Copy `theirs`' weights into a `MultiHeadAttention`; `order`, `transpose`, `biases` reproduce loading mistakes."
+    d_model = theirs.embed_dim
+    mine = MultiHeadAttention(d_model, theirs.num_heads)
+    w, b = theirs.in_proj_weight.chunk(3), theirs.in_proj_bias.chunk(3)  # [W_Q; W_K; W_V]
+    with torch.no_grad():
+        for proj, i in zip((mine.q_proj, mine.k_proj, mine.v_proj), order):
+            proj.weight.copy_(w[i].T if transpose else w[i])
+            proj.bias.copy_(b[i] if biases else torch.zeros_like(b[i]))
+        mine.out_proj.weight.copy_(theirs.out_proj.weight.T if transpose else theirs.out_proj.weight)
+        mine.out_proj.bias.copy_(theirs.out_proj.bias if biases else torch.zeros(d_model))
+    return mine
+
+def _from_torch_mistakes(theirs: nn.MultiheadAttention, x: Tensor, mask: Tensor) -> dict[str, Tensor]:
+    "Hint -> the output (B, T, D) a module loaded with each classic mistake gives on `x` with `mask`."
+    names = "QKV"
+    loaded = {f"the W_Q, W_K, W_V blocks are in the wrong order (yours loads q, k, v from the chunks "
+              f"{', '.join('W_' + names[i] for i in o)}): in_proj_weight stacks [W_Q; W_K; W_V] along dim 0, so "
+              f"chunk(3) gives q, k, v in that order (the same for in_proj_bias).": _from_torch(theirs, order=o)
+              for o in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1))}
+    loaded["you transposed the weights: nn.Linear and nn.MultiheadAttention both store them as (out, in), so copy "
+           "them as they are."] = _from_torch(theirs, transpose=True)
+    loaded["the biases are missing: copy the three chunks of in_proj_bias into q/k/v_proj.bias and out_proj.bias "
+           "too (torch's biases are not zero in general)."] = _from_torch(theirs, biases=False)
+    with torch.no_grad():
+        return {hint: m(x, mask=mask) for hint, m in loaded.items()}
+
+# %% ../../nbs/checks/03_multihead.ipynb #fa15085e
 @checker("Exercise 3.5 — weights from torch.nn.MultiheadAttention")
 def check_from_torch(fn, # fn(torch_mha: nn.MultiheadAttention) -> MultiHeadAttention computing the same function
                     ) -> None:
@@ -169,10 +201,11 @@ def check_from_torch(fn, # fn(torch_mha: nn.MultiheadAttention) -> MultiHeadAtte
         mask = causal_mask(6)
         expected = theirs(x, x, x, attn_mask=~mask, need_weights=False)[0]  # torch: True = NOT allowed
         out = call_learner(lambda: mine(x, mask=mask), what="the returned module's forward(x, mask=causal_mask(6))")
-        assert_tensors_close(out, expected, f"output (d_model={d_model}, n_heads={n_heads}, causal)",
-                             hint=("in_proj_weight stacks [W_Q; W_K; W_V] along dim 0 in that order (use chunk(3)); "
-                                   "nn.Linear and nn.MultiheadAttention store weights the same way, (out, in), so "
-                                   "no transpose; copy in_proj_bias and out_proj.bias too."))
+        hint = diagnose(out, _from_torch_mistakes(theirs, x, mask), default=(
+            "in_proj_weight stacks [W_Q; W_K; W_V] along dim 0 in that order (use chunk(3)); nn.Linear and "
+            "nn.MultiheadAttention store weights the same way, (out, in), so no transpose; copy in_proj_bias and "
+            "out_proj.bias too."))
+        assert_tensors_close(out, expected, f"output (d_model={d_model}, n_heads={n_heads}, causal)", hint=hint)
 
 # %% ../../nbs/checks/03_multihead.ipynb #5d12c60e
 def _split_reference(x, n_heads):
@@ -238,17 +271,6 @@ class _MHAOneLinear(nn.Module):  # a fused qkv projection: no q_proj attribute
         self.qkv = nn.Linear(d_model, 3 * d_model)
 
 
-def _from_torch(theirs, order=(0, 1, 2), transpose=False, biases=True):
-    d_model = theirs.embed_dim
-    mine = MultiHeadAttention(d_model, theirs.num_heads)
-    w, b = theirs.in_proj_weight.chunk(3), theirs.in_proj_bias.chunk(3)  # [W_Q; W_K; W_V]
-    with torch.no_grad():
-        for proj, i in zip((mine.q_proj, mine.k_proj, mine.v_proj), order):
-            proj.weight.copy_(w[i].T if transpose else w[i])
-            proj.bias.copy_(b[i] if biases else torch.zeros_like(b[i]))
-        mine.out_proj.weight.copy_(theirs.out_proj.weight.T if transpose else theirs.out_proj.weight)
-        mine.out_proj.bias.copy_(theirs.out_proj.bias if biases else torch.zeros(d_model))
-    return mine
 def _from_torch_reference(theirs): return _from_torch(theirs)
 def _from_torch_kqv(theirs): return _from_torch(theirs, order=(1, 0, 2))
 def _from_torch_transposed(theirs): return _from_torch(theirs, transpose=True)
@@ -258,15 +280,25 @@ def _from_torch_no_bias(theirs): return _from_torch(theirs, biases=False)
 META_CASES = [
     MetaCase(check_split_heads, _split_reference,
              wrong={"view(B, H, T, Dh) directly": _split_direct_view, "heads interleaved": _split_interleaved,
-                    "no transpose": _split_no_transpose}),
+                    "no transpose": _split_no_transpose},
+             hints={"view(B, H, T, Dh) directly": "straight to (B, H, T, Dh)", "heads interleaved": "interleaves the heads",
+                    "no transpose": "= (B, T, H, Dh)"}),
     MetaCase(check_merge_heads, _merge_reference,
              wrong={"no transpose": _merge_no_transpose, "heads in reverse order": _merge_reversed,
-                    "heads interleaved": _merge_interleaved}),
+                    "heads interleaved": _merge_interleaved},
+             hints={"no transpose": "straight to (B, T, D)", "heads in reverse order": "reverse order",
+                    "heads interleaved": "interleaves the heads"}),
     MetaCase(check_multihead_class, _MHAReference,
              wrong={"scaled by sqrt(d_model)": _MHAScaleDModel, "no out_proj": _MHANoOutProj,
                     "mask ignored": _MHAIgnoresMask, "no q_proj attribute": _MHAOneLinear,
-                    "-inf fill": _MHAMinusInf, "fully masked rows not zeroed": _MHAEmptyRowsNotZeroed}),
+                    "-inf fill": _MHAMinusInf, "fully masked rows not zeroed": _MHAEmptyRowsNotZeroed},
+             hints={"scaled by sqrt(d_model)": "not 1/sqrt(d_model)", "no out_proj": "apply out_proj",
+                    "mask ignored": "the mask is ignored", "no q_proj attribute": "needs an attribute q_proj",
+                    "-inf fill": "float('-inf')",
+                    "fully masked rows not zeroed": "a query whose keys are all masked must output 0"}),
     MetaCase(check_from_torch, _from_torch_reference,
              wrong={"q and k swapped": _from_torch_kqv, "weights transposed": _from_torch_transposed,
-                    "biases dropped": _from_torch_no_bias}),
+                    "biases dropped": _from_torch_no_bias},
+             hints={"q and k swapped": "wrong order", "weights transposed": "transposed the weights",
+                    "biases dropped": "biases are missing"}),
 ]
