@@ -1,9 +1,11 @@
-"""Training throughput of nanoGPT's baby GPT on character-level TinyShakespeare, with the book's attention and with
-torch's fused scaled_dot_product_attention, measured in the same run.
+"""Training throughput of nanoGPT's baby GPT on character-level TinyShakespeare, measured in one process for three
+models with the same architecture and the same training step: the book's from-scratch code, the book's model with
+torch's fused kernels (`GPTConfig(fused=True)`, the training path), and Hugging Face's `GPT2LMHeadModel` (the peer).
 
-    python bench/bench_training.py               # 100 timed steps per variant (after 10 warm-up steps)
-    python bench/bench_training.py --full        # the whole 2000-step anchor run (fused), with its validation loss
-    python bench/bench_training.py --seeds 1 2 3 # the anchor once per seed: how much the final loss varies by seed
+    python bench/bench_training.py                   # 100 timed steps per variant (after 10 warm-up steps)
+    python bench/bench_training.py --full            # the whole 2000-step anchor run (fused), with its validation loss
+    python bench/bench_training.py --seeds 1 2 3     # the anchor once per seed: how much the final loss varies by seed
+    python bench/bench_training.py --seeds 1 2 --peer  # ... and Hugging Face's GPT-2 trained the same way, same seeds
 """
 from __future__ import annotations
 
@@ -11,16 +13,41 @@ import argparse
 import time
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.training import (baby_gpt_configs, configure_optimizer, get_batch, load_dataset, lr_at, train)
 
 
-def steps_per_second(model_cfg: GPTConfig, train_cfg, train_ids, n_steps: int, warmup: int = 10) -> float:
+class HFPeer(nn.Module):
+    """Hugging Face's GPT-2 built with a `GPTConfig`'s sizes (learned positions, pre-norm, tanh GELU, biases, tied
+    embeddings, GPT-2's initialisation), returning logits like `GPT`, so the book's `train` loop can train it."""
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config  # `train` reads config.context_length
+        self.hf = GPT2LMHeadModel(GPT2Config(
+            vocab_size=config.vocab_size, n_positions=config.context_length, n_embd=config.d_model,
+            n_layer=config.n_layers, n_head=config.n_heads, n_inner=config.d_ff, activation_function="gelu_new",
+            resid_pdrop=config.dropout, embd_pdrop=config.dropout, attn_pdrop=config.dropout,
+            layer_norm_epsilon=config.layer_norm_eps, tie_word_embeddings=config.tie_weights,
+            bos_token_id=None, eos_token_id=None))  # GPT-2's 50256 is outside a character vocabulary
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V)
+        return self.hf(token_ids).logits
+
+
+def build(kind: str, model_cfg: GPTConfig) -> nn.Module:
+    "kind: 'book' (from-scratch code), 'fused' (the training path) or 'hf' (Hugging Face's GPT-2)."
+    if kind == "hf": return HFPeer(model_cfg)
+    return GPT(GPTConfig(**{**model_cfg.to_dict(), "fused": kind == "fused"}))
+
+
+def steps_per_second(kind: str, model_cfg: GPTConfig, train_cfg, train_ids, n_steps: int, warmup: int = 10) -> float:
     "Optimizer steps per second of the training loop's inner step (batch, forward, loss, backward, clip, AdamW)."
     torch.manual_seed(0)
-    model = GPT(model_cfg).train()
+    model = build(kind, model_cfg).train()
     opt = configure_optimizer(model, train_cfg)
     gen = torch.Generator().manual_seed(0)
     T = model_cfg.context_length
@@ -48,22 +75,28 @@ def full_split_loss(model: GPT, ids: torch.Tensor, batch_size: int = 256) -> flo
     return total / (n * T)
 
 
-def seed_sweep(seeds: list[int], train_ids, val_ids, vocab_size: int) -> None:
-    "Train the anchor once per seed; print the 20-batch estimate nanoGPT reports and the exact full-split loss."
-    finals, fulls = [], []
+def seed_sweep(seeds: list[int], train_ids, val_ids, vocab_size: int, kinds: tuple = ("fused",)) -> None:
+    """Train the anchor once per seed and model kind (same seed: same batches); print the 20-batch estimate nanoGPT
+    reports and the exact whole-split loss, then each kind's mean and spread."""
+    results = {kind: ([], []) for kind in kinds}
     for seed in seeds:
-        model_cfg, train_cfg = baby_gpt_configs(vocab_size, seed=seed)
-        torch.manual_seed(seed)
-        model = GPT(model_cfg)
-        history = train(model, train_ids, val_ids, train_cfg, progress=False)
-        finals.append(history.val_loss[-1])
-        fulls.append(full_split_loss(model, val_ids))
-        print(f"  seed {seed:5d}: val loss {finals[-1]:.4f} (20 batches), {fulls[-1]:.4f} (whole split)")
-    for name, xs in (("20-batch estimate", finals), ("whole split", fulls)):
-        t = torch.tensor(xs)
-        std = t.std().item() if len(xs) > 1 else float("nan")
-        print(f"  {name}: mean {t.mean().item():.4f}, std {std:.4f}, min {t.min().item():.4f}, max {t.max().item():.4f} "
-              f"over {len(xs)} seeds (nanoGPT reports 1.88 from one run)")
+        for kind in kinds:
+            model_cfg, train_cfg = baby_gpt_configs(vocab_size, seed=seed)
+            torch.manual_seed(seed)
+            model = build(kind, model_cfg)
+            start = time.perf_counter()
+            history = train(model, train_ids, val_ids, train_cfg, progress=False)
+            finals, fulls = results[kind]
+            finals.append(history.val_loss[-1])
+            fulls.append(full_split_loss(model, val_ids))
+            print(f"  {kind:5s} seed {seed:5d}: val loss {finals[-1]:.4f} (20 batches), {fulls[-1]:.4f} (whole split), "
+                  f"{time.perf_counter() - start:.0f} s", flush=True)
+    for kind, (finals, fulls) in results.items():
+        for name, xs in (("20-batch estimate", finals), ("whole split", fulls)):
+            t = torch.tensor(xs)
+            std = t.std().item() if len(xs) > 1 else float("nan")
+            print(f"  {kind:5s} {name}: mean {t.mean().item():.4f}, std {std:.4f}, min {t.min().item():.4f}, "
+                  f"max {t.max().item():.4f} over {len(xs)} seeds (nanoGPT reports 1.88 from one run)")
 
 
 def main() -> None:
@@ -71,6 +104,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100, help="timed steps per variant")
     ap.add_argument("--full", action="store_true", help="also run the full 2000-step anchor and report its time")
     ap.add_argument("--seeds", type=int, nargs="+", help="train the full anchor once per seed and compare final losses")
+    ap.add_argument("--peer", action="store_true", help="with --seeds: also train Hugging Face's GPT-2 on each seed")
     args = ap.parse_args()
     tok, train_ids, val_ids = load_dataset("tinyshakespeare", "char")
     model_cfg, train_cfg = baby_gpt_configs(tok.vocab_size)
@@ -78,12 +112,12 @@ def main() -> None:
     print(f"baby GPT: {GPT(model_cfg).n_params() / 1e6:.2f}M parameters, {tokens_per_step} tokens/step, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     rates = {}
-    for name, fused in (("book attention", False), ("fused SDPA", True)):
-        rates[name] = steps_per_second(GPTConfig(**{**model_cfg.to_dict(), "fused_attention": fused}), train_cfg,
-                                       train_ids, args.steps)
-        print(f"  {name:15s} {rates[name]:7.2f} steps/s  {rates[name] * tokens_per_step:9.0f} tokens/s  "
-              f"(2000 steps ≈ {2000 / rates[name]:.0f} s)")
-    print(f"  ratio fused / book: {rates['fused SDPA'] / rates['book attention']:.2f}x")
+    names = {"book": "book code", "fused": "fused kernels", "hf": "HF GPT-2"}
+    for kind, name in names.items():
+        rates[kind] = steps_per_second(kind, model_cfg, train_cfg, train_ids, args.steps)
+        print(f"  {name:14s} {rates[kind]:7.2f} steps/s  {rates[kind] * tokens_per_step:9.0f} tokens/s  "
+              f"(2000 steps ≈ {2000 / rates[kind]:.0f} s)", flush=True)
+    print(f"  ratios: fused / book {rates['fused'] / rates['book']:.2f}x, fused / HF GPT-2 {rates['fused'] / rates['hf']:.2f}x")
     if args.full:
         torch.manual_seed(train_cfg.seed)
         model = GPT(model_cfg)
@@ -92,10 +126,8 @@ def main() -> None:
         seconds = time.perf_counter() - start
         print(f"  full anchor run: {seconds:.0f} s wall, {train_cfg.max_iters * tokens_per_step / seconds:.0f} tokens/s, "
               f"final val loss {history.val_loss[-1]:.4f} (nanoGPT 1.88)")
-
-
     if args.seeds:
-        seed_sweep(args.seeds, train_ids, val_ids, tok.vocab_size)
+        seed_sweep(args.seeds, train_ids, val_ids, tok.vocab_size, ("fused", "hf") if args.peer else ("fused",))
 
 
 if __name__ == "__main__":

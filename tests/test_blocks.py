@@ -71,6 +71,38 @@ def test_layer_norm_errors_name_the_values():
         LayerNorm(4, eps=-1)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_layer_norm_equals_book_layer_norm_values_and_gradients(bias):
+    torch.manual_seed(0)
+    book, fused = LayerNorm(16, bias=bias), LayerNorm(16, bias=bias, fused=True)
+    with torch.no_grad():
+        book.weight.uniform_(0.5, 1.5)
+        if bias: book.bias.normal_()
+    fused.load_state_dict(book.state_dict())
+    x = (torch.randn(3, 5, 16) * 4 + 2).requires_grad_()
+    x2 = x.detach().clone().requires_grad_()
+    g = torch.randn(3, 5, 16)
+    (book(x) * g).sum().backward()
+    (fused(x2) * g).sum().backward()
+    torch.testing.assert_close(fused(x2), book(x))
+    torch.testing.assert_close(x2.grad, x.grad, atol=1e-5, rtol=1e-4)
+    for (name, p), q in zip(book.named_parameters(), fused.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_fused_layer_norm_checks_its_input_like_the_book_one():
+    with pytest.raises(ValueError, match=r"d_model=4.*\(2, 5\)"):
+        LayerNorm(4, fused=True)(torch.randn(2, 5))
+    with pytest.raises(TypeError, match="got torch.int64"):
+        LayerNorm(4, fused=True)(torch.ones(2, 4, dtype=torch.int64))
+
+
+def test_fused_block_uses_fused_kernels_everywhere():
+    block = TransformerBlock(16, 4, fused=True)
+    assert block.ln_1.fused and block.ln_2.fused and block.attn.fused
+    assert not any((TransformerBlock(16, 4).ln_1.fused, TransformerBlock(16, 4).attn.fused))
+
+
 # ---------------------------------------------------------------- feed-forward network
 
 def test_activation_formulas():
@@ -180,7 +212,7 @@ def test_block_with_padding_mask_ignores_padded_keys(norm):
 @pytest.mark.parametrize("norm", ["pre", "post"])
 @pytest.mark.parametrize("fused", [False, True])
 def test_kv_cache_through_a_block_matches_full_pass(norm, fused):
-    block, T = _block(norm, fused_attention=fused), 6
+    block, T = _block(norm, fused=fused), 6
     x = torch.randn(2, T, 16)
     full = block(x, mask=causal_mask(T))
     cache = LayerKVCache()

@@ -55,7 +55,7 @@ def test_help_documents_every_option(capsys):
 def test_train_writes_checkpoint_and_reports(trained):
     ckpt = load_checkpoint(trained)
     assert ckpt["step"] == 10 and ckpt["model_config"]["d_model"] == 32 and ckpt["tokenizer"]["kind"] == "char"
-    assert ckpt["model_config"]["fused_attention"] is True
+    assert ckpt["model_config"]["fused"] is True
 
 
 def test_resume_matches_uninterrupted(tmp_path, corpus, trained):

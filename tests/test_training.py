@@ -163,9 +163,9 @@ def test_optimizer_groups():
 
 
 # ---------------------------------------------------------------- fused attention == the book's attention
-def test_fused_attention_matches_book_attention():
-    book = tiny_model(fused_attention=False)
-    fused = tiny_model(fused_attention=True)
+def test_fused_kernels_match_book_code():
+    book = tiny_model(fused=False)
+    fused = tiny_model(fused=True)
     fused.load_state_dict(book.state_dict())
     x = torch.randint(0, TINY["vocab_size"], (3, 8))
     y = torch.randint(0, TINY["vocab_size"], (3, 8))
@@ -179,9 +179,9 @@ def test_fused_attention_matches_book_attention():
         torch.testing.assert_close(p.grad, q.grad, msg=n, atol=1e-6, rtol=1e-4)
 
 
-def test_training_path_uses_fused_attention():
+def test_training_path_uses_fused_kernels():
     model_cfg, train_cfg = baby_gpt_configs()
-    assert model_cfg.fused_attention and (model_cfg.n_layers, model_cfg.n_heads, model_cfg.d_model) == (4, 4, 128)
+    assert model_cfg.fused and (model_cfg.n_layers, model_cfg.n_heads, model_cfg.d_model) == (4, 4, 128)
     assert (train_cfg.max_iters, train_cfg.batch_size, model_cfg.context_length) == (2000, 12, 64)
 
 

@@ -24,17 +24,19 @@ class LayerNorm(nn.Module):
     """Layer normalization over the last dimension (J&M eqs. 10.20-10.23; 6.390 eqs. 11.18-11.20; Ba et al. 2016).
 
     y = γ ⊙ (x - μ) / sqrt(σ² + ε) + β, with μ and σ² the mean and *population* variance of each vector (its last
-    axis). Matches `torch.nn.LayerNorm(d_model, eps, bias=bias)`. Raises `ValueError` for a non-positive d_model, a
+    axis). Matches `torch.nn.LayerNorm(d_model, eps, bias=bias)`; `fused=True` computes the same function with torch's
+    single-kernel `F.layer_norm`, used on the training path for speed. Raises `ValueError` for a non-positive d_model, a
     negative ε or an x whose last dimension is not d_model, and `TypeError` for an x that is not a float tensor."""
     def __init__(self, d_model: int, # size of the normalized (last) dimension
                  eps: float = 1e-5, # ε, added to σ² inside the square root (numerical stability)
                  bias: bool = True, # learn β (GPT-2: True)
+                 fused: bool = False, # use torch's fused `F.layer_norm` (same maths) instead of the code below
                 ):
         super().__init__()
         if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
             raise ValueError(f"d_model={d_model!r} must be a positive int")
         if eps < 0: raise ValueError(f"eps={eps} must be >= 0")
-        self.d_model, self.eps = d_model, eps
+        self.d_model, self.eps, self.fused = d_model, eps, fused
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None  # β
 
@@ -47,6 +49,7 @@ class LayerNorm(nn.Module):
                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
         if x.shape[-1] != self.d_model:
             raise ValueError(f"last dimension of x must be d_model={self.d_model}, got shape {tuple(x.shape)}")
+        if self.fused: return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)  # one torch kernel
         mu = x.mean(dim=-1, keepdim=True)  # (..., 1)                       J&M eq. 10.20
         var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)      σ², population: J&M eq. 10.21
         x_hat = (x - mu) / torch.sqrt(var + self.eps)  # (..., d_model)    J&M eq. 10.22, with ε
@@ -101,15 +104,15 @@ class TransformerBlock(nn.Module):
                  norm: str = "pre", # "pre" (GPT-2) or "post" (Vaswani et al. 2017)
                  activation: str = "gelu_tanh", # feed-forward activation, a key of ACTIVATIONS
                  layer_norm_eps: float = 1e-5, # ε of both LayerNorms
-                 fused_attention: bool = False, # use torch's fused attention kernel
+                 fused: bool = False, # torch's fused kernels for attention and LayerNorm (same maths, faster)
                 ):
         super().__init__()
         if norm not in ("pre", "post"):
             raise ValueError(f"norm={norm!r} must be 'pre' or 'post'")
         self.norm = norm
-        self.ln_1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, fused=fused_attention)
-        self.ln_2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.ln_1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, fused=fused)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, fused=fused)
+        self.ln_2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, fused=fused)
         d_ff = 4 * d_model if d_ff is None else d_ff  # only None means the default: d_ff=0 is an error, not 4·d_model
         self.mlp = FeedForward(d_model, d_ff, dropout=dropout, bias=bias, activation=activation)
 

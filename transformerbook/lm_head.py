@@ -43,7 +43,7 @@ class GPTConfig:
     activation: str = "gelu_tanh"  # feed-forward activation; GPT-2 uses GELU's tanh approximation
     positional: str = "learned"  # "learned" (GPT-2) or "sinusoidal"
     layer_norm_eps: float = 1e-5  # ε in every LayerNorm (GPT-2: 1e-5)
-    fused_attention: bool = False  # torch's fused attention kernel (training); False = the book's own code
+    fused: bool = False  # torch's fused attention and LayerNorm kernels (training); False = the book's own code
 
     def __post_init__(self):
         if self.d_ff is None: self.d_ff = 4 * self.d_model
@@ -55,7 +55,7 @@ class GPTConfig:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
-        for name in ("bias", "tie_weights", "fused_attention"):
+        for name in ("bias", "tie_weights", "fused"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         if self.norm not in ("pre", "post"):
@@ -100,9 +100,9 @@ class GPT(nn.Module):
         self.embeddings = Embeddings(c.vocab_size, c.context_length, c.d_model, c.dropout, c.positional)
         self.blocks = nn.ModuleList([
             TransformerBlock(c.d_model, c.n_heads, c.d_ff, c.dropout, c.bias, c.norm, c.activation,
-                             c.layer_norm_eps, c.fused_attention) for _ in range(c.n_layers)])
+                             c.layer_norm_eps, c.fused) for _ in range(c.n_layers)])
         # Pre-norm leaves the residual stream unnormalised, so GPT-2 adds a final LayerNorm (J&M eq. 10.43).
-        self.ln_f = LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias) if c.norm == "pre" else nn.Identity()
+        self.ln_f = LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias, fused=c.fused) if c.norm == "pre" else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)  # unembedding: D -> V; weight (V, D)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2·n_layers)

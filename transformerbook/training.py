@@ -464,7 +464,7 @@ def baby_gpt_configs(vocab_size: int = 65, # 65 characters in TinyShakespeare
     """nanoGPT's CPU 'baby GPT' for character-level Shakespeare: 4 layers, 4 heads, d_model 128, context 64,
     batch 12, 2000 steps, lr 1e-3 -> 1e-4, no dropout; nanoGPT reports validation loss 1.88."""
     model_cfg = GPTConfig(vocab_size=vocab_size, context_length=64, d_model=128, n_heads=4, n_layers=4, dropout=0.0,
-                          fused_attention=True)  # training uses torch's fused attention kernel (same maths)
+                          fused=True)  # training uses torch's fused attention and LayerNorm kernels (same maths)
     train_cfg = TrainConfig(**{**dict(max_iters=2000, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
                                       lr_decay_iters=2000, weight_decay=0.1, beta2=0.99, grad_clip=1.0,
                                       eval_interval=250, eval_iters=20), **train_overrides})
