@@ -35,6 +35,14 @@ def test_hidden_and_default_exp_cells_are_dropped():
     assert [c.source for c in nb.cells] == ["y = 2"]
 
 
+def test_exported_markdown_cell_keeps_its_text_without_the_directive():
+    nb = nb2myst.translate(new_notebook(cells=[
+        new_markdown_cell("# Title\n> summary"), new_markdown_cell("#| export\n**In the package**: `f`."),
+        new_code_cell("y = 2")]))
+    assert "#|" not in sources(nb)
+    assert any(c.cell_type == "markdown" and c.source == "**In the package**: `f`." for c in nb.cells)
+
+
 def test_directive_in_metadata_is_honoured():
     cell = new_code_cell("x = 1", metadata={"nbdev": {"hide": "true"}})
     assert nb2myst.translate(new_notebook(cells=[cell, new_code_cell("y = 2")])).cells[0].source == "y = 2"

@@ -69,3 +69,27 @@ def test_chapter_has_title_summary_and_exercises(nb):
     if nb.stem not in {"00_notation", "00a_data", "08a_cli"}:
         assert "## Summary" in text and "## Exercises" in text, f"{nb.name} lacks '## Summary' or '## Exercises'"
         assert text.count("### Exercise ") >= 3, f"{nb.name} has fewer than 3 exercises"
+
+
+MODULES = sorted(p for p in (ROOT / "transformerbook").rglob("*.py") if not p.name.startswith("_"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: ".".join(p.relative_to(ROOT).with_suffix("").parts))
+def test_module_docstring_names_every_public_function_and_class(path):
+    """`help(module)` starts from its docstring: each notebook's `#| export` "In the package" cell must name every
+    public function and class it exports (constants in CAPITALS excepted), so the overview cannot fall behind."""
+    import ast
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    doc = ast.get_docstring(tree) or ""
+    assert "**In the package**" in doc, f"{path.name}: its notebook has no `#| export` 'In the package' cell"
+    exported = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                    and any(getattr(t, "id", None) == "__all__" for t in n.targets))
+    missing = [name for name in exported if not name.isupper() and f"`{name}" not in doc]
+    assert not missing, f"{path.name}: the module docstring does not mention {missing}"
+
+
+def test_package_docstring_lists_every_module():
+    import transformerbook
+    listed = set(__import__("re").findall(r"^- `(transformerbook[\w.]*)`", transformerbook.__doc__, flags=__import__("re").M))
+    expected = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in MODULES}
+    assert listed == expected, f"missing {sorted(expected - listed)}, extra {sorted(listed - expected)}"

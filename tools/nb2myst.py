@@ -274,8 +274,8 @@ def translate(nb, lib: str = LIB):
     for cell in nb.cells:
         if cell.cell_type == "raw":  # nbdev/Quarto front matter or raw output: nothing for the reader
             continue
-        if cell.cell_type == "markdown":
-            cell.source = clean_quarto(cell.source)
+        if cell.cell_type == "markdown":  # `#| export` on a markdown cell puts it in the module docstring
+            cell.source = clean_quarto(strip_directives(cell.source))
             cell.metadata = {}
             cells.append(cell)
             continue

@@ -2,15 +2,26 @@
 
 Modules:
 
+- `transformerbook.attention`: Scaled dot-product attention from scratch: scores, a row-wise softmax, and a weighted sum of values (J&M 10.1).
 - `transformerbook.blocks`: Layer normalization, the position-wise feed-forward network, residual connections, and the post-norm and pre-norm blocks that a transformer stacks (J&M 10.3-10.4; 6.390 11.3.1).
 - `transformerbook.checks.attention`: The checkers behind the exercises of "Attention": attention weights, masked scaled dot-product attention, and a permutation-equivariance gap.
+- `transformerbook.checks.blocks`: `check_layer_norm`, `check_pre_norm_block` and `check_affected_positions`, used in the chapter "Transformer blocks".
+- `transformerbook.checks.core`: The small toolkit behind every exercise checker: one pass line, or an error that says exactly what is wrong.
 - `transformerbook.checks.embeddings`: `check_one_hot_embedding`, `check_sinusoidal_encoding`, `check_rotation_matrix` and `check_cosine_similarity`, used in the chapter "Embeddings".
+- `transformerbook.checks.lm_head`: Exercise checkers for chapter 06: counting a GPT's parameters, tying the weights, and the logit lens.
+- `transformerbook.checks.masking`: Checkers for Chapter 2's exercises: causal masks, padding masks, combined masks and NaN-free masked attention.
 - `transformerbook.checks.multihead`: Checkers for Chapter 3's exercises: splitting and merging heads, a multi-head attention class, and loading weights from `torch.nn.MultiheadAttention`.
 - `transformerbook.checks.sampling`: The checkers behind the exercises of "Sampling and generation": temperature, top-k and top-p filters, appending to a KV cache, and the chance that pure sampling wanders into the tail.
+- `transformerbook.checks.tokenization`: Checks for one BPE merge step, BPE training and byte-level decoding; each is tested against known mistakes.
 - `transformerbook.checks.training`: The checkers behind the exercises of "Training a GPT": the language-model loss with padding, packing documents into context windows, and the warm-up + cosine learning-rate schedule.
 - `transformerbook.cli`: `transformerbook train` and `transformerbook sample`: train a GPT on TinyShakespeare (or any text file) with a progress bar and checkpoints, resume it, and generate text from a checkpoint.
+- `transformerbook.data`: Where the book's real inputs come from, how they are verified and cached, and how to work offline.
 - `transformerbook.embeddings`: Token embeddings as row selection from E, learned and sinusoidal position embeddings, and what the geometry of embedding space encodes (J&M 10.5; notes 19.2; 6.390 11.1).
+- `transformerbook.lm_head`: Unembedding, weight tying, a softmax over the vocabulary, and the whole decoder-only model (J&M 10.6).
+- `transformerbook.masking`: Causal masks for language modelling, padding masks for batches, and how to combine them (J&M 10.1.5).
+- `transformerbook.multihead`: Several attention heads side by side, each with its own projections, concatenated and mixed by W_O (J&M 10.2).
 - `transformerbook.sampling`: Decoding methods (greedy, random, top-k, top-p, temperature), a batched `generate` with a KV cache, and language models as task solvers (J&M 10.7–10.8).
+- `transformerbook.tokenization`: From words and characters to byte-pair encoding: how text becomes token ids (notes 19.2.1; CS182 tokenization).
 - `transformerbook.training`: From the chain rule of probability to a trained character-level Shakespeare model: the cross-entropy loss, teacher forcing, batching and packing, AdamW with warm-up and cosine decay, checkpoints that resume exactly (J&M 10.9)."""
 
 __version__ = "0.1.0"
