@@ -37,7 +37,10 @@ def execute(src: Path, dst: Path, timeout: int) -> tuple[str, float, str | None]
     nb = nbformat.read(src, as_version=4)
     start = time.perf_counter()
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(src.parent)}})
+                            resources={"metadata": {"path": str(src.parent)}},
+                            # the kernel app's own start-up warnings (e.g. "running over TCP without encryption" for
+                            # this local, short-lived kernel) are noise in the build log; cell warnings are kept
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
     error = None
     try:
         client.execute()
