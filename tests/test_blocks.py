@@ -90,6 +90,15 @@ def test_fused_layer_norm_equals_book_layer_norm_values_and_gradients(bias):
         torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_fused_layer_norm_with_another_input_dtype_promotes_like_the_book_one(dtype):
+    book, fused = LayerNorm(8), LayerNorm(8, fused=True)  # float32 parameters
+    x = torch.randn(3, 8).to(dtype)
+    out = fused(x)
+    assert out.dtype == book(x).dtype == torch.promote_types(dtype, torch.float32)
+    torch.testing.assert_close(out, book(x))
+
+
 def test_fused_layer_norm_checks_its_input_like_the_book_one():
     with pytest.raises(ValueError, match=r"d_model=4.*\(2, 5\)"):
         LayerNorm(4, fused=True)(torch.randn(2, 5))

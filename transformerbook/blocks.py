@@ -47,7 +47,7 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None  # β
 
     def forward(self, x: Tensor, # (..., d_model) float
-               ) -> Tensor: # (..., d_model), same dtype
+               ) -> Tensor: # (..., d_model); dtype: x's and the parameters' promoted (float32 params: float32 or wider)
         """(..., D) -> (..., D): normalize each vector over its last axis (J&M eqs. 10.20-10.23). Raises `TypeError`
         for a non-float x and `ValueError` if the last dimension is not d_model."""
         if not isinstance(x, Tensor) or not x.is_floating_point():
@@ -55,7 +55,8 @@ class LayerNorm(nn.Module):
                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
         if x.shape[-1] != self.d_model:
             raise ValueError(f"last dimension of x must be d_model={self.d_model}, got shape {tuple(x.shape)}")
-        if self.fused: return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)  # one torch kernel
+        if self.fused and x.dtype == self.weight.dtype:  # torch's kernel wants one dtype; mixed ones take the code below
+            return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
         mu = x.mean(dim=-1, keepdim=True)  # (..., 1)                       J&M eq. 10.20
         var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)      σ², population: J&M eq. 10.21
         x_hat = (x - mu) / torch.sqrt(var + self.eps)  # (..., d_model)    J&M eq. 10.22, with ε
