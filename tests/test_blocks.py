@@ -303,3 +303,14 @@ def test_block_with_cache_of_another_batch_raises_value_error():
     with pytest.raises(ValueError, match=r"cache holds \(B, H, S, Dh\) = \(2, 4, 3, 4\)"):
         block(torch.randn(3, 1, 16), mask=causal_mask(1, 4), kv_cache=cache)
     assert len(cache) == 3
+
+
+def test_a_dtype_that_differs_from_the_weights_is_named_not_a_raw_torch_error():
+    x = torch.randn(1, 3, 8, dtype=torch.float64)
+    with pytest.raises(TypeError, match="float64.*float32|float32.*float64"):
+        FeedForward(8, 16)(x)
+    with pytest.raises(TypeError, match="x has dtype torch.float64 but the weights have torch.float32"):
+        TransformerBlock(8, 2)(x)
+    with pytest.raises(TypeError, match="got list"):
+        FeedForward(8, 16)([[0.0] * 8])
+    assert TransformerBlock(8, 2).double()(x).dtype == torch.float64  # converting the module is the fix

@@ -93,7 +93,10 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor, # (..., D)
                ) -> Tensor: # (..., D)
-        "(B, T, D) -> (B, T, F) -> (B, T, D), each position independently"
+        "(B, T, D) -> (B, T, F) -> (B, T, D), each position independently; `TypeError` if x's dtype is not the weights'"
+        if not isinstance(x, Tensor) or x.dtype != self.fc.weight.dtype:
+            raise TypeError(f"x must be a torch.Tensor of the weights' dtype {self.fc.weight.dtype}, got "
+                            f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
         return self.dropout(self.proj(ACTIVATIONS[self.activation](self.fc(x))))
 
 # %% ../nbs/04_blocks.ipynb #073d0bda

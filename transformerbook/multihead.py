@@ -142,6 +142,9 @@ class MultiHeadAttention(nn.Module):
                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
+        if x.dtype != self.q_proj.weight.dtype:
+            raise TypeError(f"x has dtype {x.dtype} but the weights have {self.q_proj.weight.dtype}: convert one to the "
+                            f"other, e.g. x.to({self.q_proj.weight.dtype})")
         q = self.split_heads(self.q_proj(x))  # (B, T, D) -> (B, H, T, Dh)
         k = self.split_heads(self.k_proj(x))  # (B, H, T, Dh)
         v = self.split_heads(self.v_proj(x))  # (B, H, T, Dh)
