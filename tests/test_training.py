@@ -379,3 +379,8 @@ def test_tinyshakespeare_split_sizes():
     assert (len(tr), len(va)) == (301_966, 36_059)
     with pytest.raises(ValueError, match="unknown data set 'wikitext'"):
         load_dataset("wikitext")
+
+
+def test_lr_at_rejects_a_negative_step():
+    with pytest.raises(ValueError, match="step=-1 must be an int >= 0"):
+        lr_at(-1, TrainConfig())

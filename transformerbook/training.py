@@ -188,7 +188,8 @@ def lr_at(step: int, # optimizer step, counting from 0
          ) -> float: # learning rate for this step
     """nanoGPT's schedule: linear warm-up to `learning_rate` over `warmup_iters` steps (step 0 already gets
     lr/(warmup_iters+1) > 0), then a half cosine from `learning_rate` at step `warmup_iters` down to `min_lr` at step
-    `decay_iters`, then constant `min_lr`."""
+    `decay_iters`, then constant `min_lr`. Raises `ValueError` for a negative step."""
+    if not isinstance(step, int) or step < 0: raise ValueError(f"step={step!r} must be an int >= 0")
     if step < cfg.warmup_iters: return cfg.learning_rate * (step + 1) / (cfg.warmup_iters + 1)
     if step >= cfg.decay_iters: return cfg.min_lr
     ratio = (step - cfg.warmup_iters) / (cfg.decay_iters - cfg.warmup_iters)  # 0 -> 1
