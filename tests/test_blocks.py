@@ -314,3 +314,10 @@ def test_a_dtype_that_differs_from_the_weights_is_named_not_a_raw_torch_error():
     with pytest.raises(TypeError, match="got list"):
         FeedForward(8, 16)([[0.0] * 8])
     assert TransformerBlock(8, 2).double()(x).dtype == torch.float64  # converting the module is the fix
+
+
+def test_autocast_may_mix_dtypes():
+    "Under torch.autocast torch itself mixes float32 weights with bfloat16 activations: no dtype error then."
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert FeedForward(8, 16)(torch.randn(1, 3, 8).bfloat16()).dtype == torch.bfloat16
+        assert torch.isfinite(TransformerBlock(8, 2, fused=True)(torch.randn(1, 3, 8).bfloat16())).all()

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .multihead import LayerKVCache, MultiHeadAttention
+from .multihead import LayerKVCache, MultiHeadAttention, _check_input_dtype
 
 # %% auto #0
 __all__ = ['ACTIVATIONS', 'LayerNorm', 'FeedForward', 'TransformerBlock']
@@ -94,9 +94,8 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor, # (..., D)
                ) -> Tensor: # (..., D)
         "(B, T, D) -> (B, T, F) -> (B, T, D), each position independently; `TypeError` if x's dtype is not the weights'"
-        if not isinstance(x, Tensor) or x.dtype != self.fc.weight.dtype:
-            raise TypeError(f"x must be a torch.Tensor of the weights' dtype {self.fc.weight.dtype}, got "
-                            f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
+        if not isinstance(x, Tensor): raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        _check_input_dtype(x, self.fc.weight)
         return self.dropout(self.proj(ACTIVATIONS[self.activation](self.fc(x))))
 
 # %% ../nbs/04_blocks.ipynb #073d0bda

@@ -91,6 +91,17 @@ def _check_attn_mask(mask, # the mask passed to forward
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores' shape "
                          f"(B, H, T, S) = {tuple(shape)}") from None
 
+def _autocast_enabled(device_type: str) -> bool:
+    "Is torch.autocast on for this device type? (The one-argument form is newer than some torch versions we support.)"
+    try: return torch.is_autocast_enabled(device_type)
+    except TypeError: return torch.is_autocast_enabled() if device_type == "cuda" else torch.is_autocast_cpu_enabled()
+
+def _check_input_dtype(x: Tensor, weight: Tensor) -> None:
+    "Raise `TypeError` naming both dtypes if x's differs from the weights' (under autocast, torch mixes them itself)."
+    if x.dtype != weight.dtype and not _autocast_enabled(x.device.type):
+        raise TypeError(f"x has dtype {x.dtype} but the weights have {weight.dtype}: convert one to the other, "
+                        f"e.g. x.to({weight.dtype}) or module.to({x.dtype})")
+
 # %% ../nbs/03_multihead.ipynb #d7722620
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention (J&M eqs. 10.17-10.19; Vaswani et al. 2017 §3.2.2).
@@ -142,9 +153,7 @@ class MultiHeadAttention(nn.Module):
                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
-        if x.dtype != self.q_proj.weight.dtype:
-            raise TypeError(f"x has dtype {x.dtype} but the weights have {self.q_proj.weight.dtype}: convert one to the "
-                            f"other, e.g. x.to({self.q_proj.weight.dtype})")
+        _check_input_dtype(x, self.q_proj.weight)
         q = self.split_heads(self.q_proj(x))  # (B, T, D) -> (B, H, T, Dh)
         k = self.split_heads(self.k_proj(x))  # (B, H, T, Dh)
         v = self.split_heads(self.v_proj(x))  # (B, H, T, Dh)
