@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import attention_weights
+from .attention import attention_weights, _check_mask
 
 # %% auto #0
 __all__ = ['LayerKVCache', 'KVCache', 'MultiHeadAttention']
@@ -76,21 +76,6 @@ class KVCache:
         return sum(t.numel() * t.element_size() for l in self.layers for t in (l.k, l.v) if t is not None)
 
 # %% ../nbs/03_multihead.ipynb #083bff9c
-def _check_attn_mask(mask, # the mask passed to forward
-                     shape: tuple, # (B, H, T, S) of the attention scores
-                    ) -> None:
-    "Raise `TypeError`/`ValueError` naming the mask's type, dtype or shape if it cannot mask (B, H, T, S) scores."
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"mask must be a torch.Tensor of dtype torch.bool, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(f"mask must have dtype torch.bool (True = may attend), got {mask.dtype}")
-    try:
-        if torch.broadcast_shapes(mask.shape, shape) != torch.Size(shape):
-            raise RuntimeError
-    except RuntimeError:
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores' shape "
-                         f"(B, H, T, S) = {tuple(shape)}") from None
-
 def _autocast_enabled(device_type: str) -> bool:
     "Is torch.autocast on for this device type? (The one-argument form is newer than some torch versions we support.)"
     try: return torch.is_autocast_enabled(device_type)
@@ -159,7 +144,7 @@ class MultiHeadAttention(nn.Module):
         v = self.split_heads(self.v_proj(x))  # (B, H, T, Dh)
         if mask is not None:  # checked before the cache is touched, so a bad call leaves the cache as it was
             S = x.shape[1] + (len(kv_cache) if kv_cache is not None else 0)
-            _check_attn_mask(mask, (x.shape[0], self.n_heads, x.shape[1], S))
+            _check_mask(mask, torch.Size((x.shape[0], self.n_heads, x.shape[1], S)))  # the same check as chapter 1's
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, H, S, Dh), S = cached + T
         if self.fused:
