@@ -54,8 +54,8 @@ def steps_per_second(kind: str, model_cfg: GPTConfig, train_cfg, train_ids, n_st
     for i in range(warmup + n_steps):
         if i == warmup: start = time.perf_counter()
         for g in opt.param_groups: g["lr"] = lr_at(i, train_cfg)
-        x, y = get_batch(train_ids, train_cfg.batch_size, T, gen)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        token_ids, targets = get_batch(train_ids, train_cfg.batch_size, T, gen)
+        loss = F.cross_entropy(model(token_ids).flatten(0, 1), targets.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
@@ -68,9 +68,9 @@ def full_split_loss(model: GPT, ids: torch.Tensor, batch_size: int = 256) -> flo
     "Mean next-token loss (nats) over every non-overlapping window of a split: no sampling noise."
     T = model.config.context_length
     n = (len(ids) - 1) // T
-    x, y = ids[:n * T].view(n, T), ids[1:n * T + 1].view(n, T)  # (n, T) windows and their shifted targets
+    token_ids, targets = ids[:n * T].view(n, T), ids[1:n * T + 1].view(n, T)  # (n, T) windows, shifted targets
     model.eval()
-    total = sum(F.cross_entropy(model(x[i:i + batch_size]).flatten(0, 1), y[i:i + batch_size].flatten(),
+    total = sum(F.cross_entropy(model(token_ids[i:i + batch_size]).flatten(0, 1), targets[i:i + batch_size].flatten(),
                                 reduction="sum").item() for i in range(0, n, batch_size))
     return total / (n * T)
 

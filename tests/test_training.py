@@ -77,12 +77,12 @@ def test_cross_entropy_bad_input():
 # ---------------------------------------------------------------- batches and packing
 def test_get_batch_shift_and_determinism():
     data = torch.arange(100)
-    x, y = get_batch(data, 5, 8, torch.Generator().manual_seed(0))
-    assert x.shape == y.shape == (5, 8) and x.dtype == y.dtype == torch.int64
-    torch.testing.assert_close(y[:, :-1], x[:, 1:])
-    torch.testing.assert_close(y[:, -1], x[:, -1] + 1)
-    x2, _ = get_batch(data, 5, 8, torch.Generator().manual_seed(0))
-    torch.testing.assert_close(x, x2)
+    token_ids, targets = get_batch(data, 5, 8, torch.Generator().manual_seed(0))
+    assert token_ids.shape == targets.shape == (5, 8) and token_ids.dtype == targets.dtype == torch.int64
+    torch.testing.assert_close(targets[:, :-1], token_ids[:, 1:])
+    torch.testing.assert_close(targets[:, -1], token_ids[:, -1] + 1)
+    token_ids2, _ = get_batch(data, 5, 8, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(token_ids, token_ids2)
 
 
 def test_get_batch_errors():
@@ -167,11 +167,11 @@ def test_fused_kernels_match_book_code():
     book = tiny_model(fused=False)
     fused = tiny_model(fused=True)
     fused.load_state_dict(book.state_dict())
-    x = torch.randint(0, TINY["vocab_size"], (3, 8))
-    y = torch.randint(0, TINY["vocab_size"], (3, 8))
+    token_ids = torch.randint(0, TINY["vocab_size"], (3, 8))
+    targets = torch.randint(0, TINY["vocab_size"], (3, 8))
     losses = []
     for m in (book, fused):
-        loss = F.cross_entropy(m(x).flatten(0, 1), y.flatten())
+        loss = F.cross_entropy(m(token_ids).flatten(0, 1), targets.flatten())
         loss.backward()
         losses.append(loss)
     torch.testing.assert_close(losses[0], losses[1])
@@ -264,8 +264,8 @@ def test_checkpoint_round_trip(tmp_path):
     assert TrainHistory.from_dict(ckpt["history"]).steps == [0, 3, 6]
     loaded, tok2 = load_model(tmp_path)
     assert tok2.chars == tok.chars and not loaded.training
-    x = torch.randint(0, 11, (2, 8))
-    torch.testing.assert_close(loaded(x), model.eval()(x))
+    token_ids = torch.randint(0, 11, (2, 8))
+    torch.testing.assert_close(loaded(token_ids), model.eval()(token_ids))
 
 
 def test_interrupted_save_keeps_previous_checkpoint(tmp_path, monkeypatch):

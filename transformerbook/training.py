@@ -74,9 +74,9 @@ def get_batch(data: Tensor, # (N,) int64 token ids of a whole split
               batch_size: int, # B, number of windows
               context_length: int, # T, tokens per window
               generator: torch.Generator | None = None, # source of the random offsets (seeded => reproducible)
-             ) -> tuple[Tensor, Tensor]: # x, y: (B, T) int64; y is x shifted left by one token
-    """A random batch of windows for teacher forcing (J&M 10.9): `x = data[i:i+T]`, `y = data[i+1:i+T+1]`, so `y[b, t]`
-    is the token that follows `x[b, :t+1]`. Raises `TypeError` if `data` is not an integer tensor, `ValueError` for
+             ) -> tuple[Tensor, Tensor]: # token_ids, targets: (B, T) int64; targets is token_ids shifted left by one
+    """A random batch of windows for teacher forcing (J&M 10.9): `token_ids = data[i:i+T]`, `targets = data[i+1:i+T+1]`,
+    so `targets[b, t]` is the token that follows `token_ids[b, :t+1]`. Raises `TypeError` if `data` is not an integer tensor, `ValueError` for
     batch_size < 1 or a corpus not longer than T."""
     if not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f"batch_size={batch_size!r} must be an int >= 1")
     if not isinstance(context_length, int) or context_length < 1:
@@ -87,9 +87,9 @@ def get_batch(data: Tensor, # (N,) int64 token ids of a whole split
     if len(data) <= context_length:
         raise ValueError(f"the corpus has {len(data)} tokens; it needs more than context_length={context_length}")
     ix = torch.randint(len(data) - context_length, (batch_size,), generator=generator)  # (B,) window starts
-    x = torch.stack([data[i:i + context_length] for i in ix.tolist()]).long()  # (B, T)
-    y = torch.stack([data[i + 1:i + 1 + context_length] for i in ix.tolist()]).long()  # (B, T)
-    return x, y
+    token_ids = torch.stack([data[i:i + context_length] for i in ix.tolist()]).long()  # (B, T)
+    targets = torch.stack([data[i + 1:i + 1 + context_length] for i in ix.tolist()]).long()  # (B, T)
+    return token_ids, targets
 
 # %% ../nbs/08_training.ipynb #ddbcbfc8
 def pack_documents(documents: list, # token-id lists, one per document
@@ -221,9 +221,9 @@ def estimate_loss(model: nn.Module, # a GPT (its config gives context_length)
         gen = torch.Generator().manual_seed(seed)
         losses = []
         for _ in range(eval_iters):
-            x, y = get_batch(data, batch_size, T, gen)
-            logits = model(x.to(device))  # (B, T, V)
-            losses.append(F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten()).item())
+            token_ids, targets = get_batch(data, batch_size, T, gen)
+            logits = model(token_ids.to(device))  # (B, T, V)
+            losses.append(F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten()).item())
         out[name] = sum(losses) / len(losses)
     model.train(was_training)
     return out
@@ -443,9 +443,9 @@ def train(model: GPT, # trained in place (on its own device)
             if step >= cfg.max_iters: break
             lr = lr_at(step, cfg)
             for group in optimizer.param_groups: group["lr"] = lr
-            x, y = get_batch(train_data, cfg.batch_size, T, gen)  # (B, T), (B, T)
-            logits = model(x.to(device))  # (B, T, V)
-            loss = F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten())  # J&M eq. 10.51, mean over B·T
+            token_ids, targets = get_batch(train_data, cfg.batch_size, T, gen)  # (B, T), (B, T)
+            logits = model(token_ids.to(device))  # (B, T, V)
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten())  # J&M eq. 10.51, mean over B·T
             if not torch.isfinite(loss):
                 kept = (f"the last good checkpoint (step {history.steps[-1]}) is kept in {ckpt_path}"
                         if ckpt_path is not None and history.steps else "no checkpoint was written")
