@@ -197,3 +197,30 @@ def test_site_works_from_file_urls(book, page):
     visit(page, (out / f"{SAMPLE}.html").as_uri())
     assert page.locator("mjx-container").count() > 0
     assert page.locator("nav.bd-docs-nav a.reference.internal").count() >= len(pages) - 1
+
+
+def test_every_module_docs_link_has_a_markdown_page(book):
+    """nbdev ends each module docstring with `Docs: <site>/<page>.html.md` (e.g. `attention.html.md` for
+    `01_attention.ipynb`); the built site has that file, and it is the module's own chapter (it holds the summary)."""
+    import importlib
+    import pkgutil
+
+    import transformerbook
+    from nbdev.config import get_config
+
+    cfg = get_config(ROOT)
+    base = f"{cfg.doc_host.rstrip('/')}{cfg.doc_baseurl.rstrip('/')}/"
+    out, _ = book
+    names = [m.name for m in pkgutil.walk_packages(transformerbook.__path__, "transformerbook.")
+             if not m.ispkg and not m.name.rsplit(".", 1)[-1].startswith("_")]
+    assert len(names) > 10
+    for name in names:
+        doc = importlib.import_module(name).__doc__ or ""
+        url = re.search(r"^Docs: (\S+)$", doc, re.M)
+        assert url and url.group(1).startswith(base), f"{name}: no `Docs: {base}...` line in its docstring"
+        page = out / url.group(1)[len(base):]
+        assert page.is_file(), f"{name}: {url.group(1)} is not in the built site ({page.name} missing)"
+        text = page.read_text(encoding="utf-8")
+        summary = doc.strip().split("\n")[0]
+        assert text.startswith("# ") and summary in text, f"{page.name} is not the page of {name}"
+        assert not re.search(r"^[ \t]*#\|", text, re.M), f"{page.name} shows cell directives"

@@ -5,11 +5,13 @@
 
 Steps: (optionally) execute `nbs/**.ipynb` into `_build/executed/`; translate each notebook for myst-nb
 (`tools/nb2myst.py`) into `_build/myst/`, adding the table of contents (home page, chapters in file-name order,
-then the exercise checkers as an appendix) to the home page; run Sphinx with `site/conf.py` into `_site/`.
+then the exercise checkers as an appendix) to the home page; run Sphinx with `site/conf.py` into `_site/`; write
+each page as Markdown too (`_site/attention.html.md`, where the module docstrings' `Docs:` lines point).
 """
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import time
@@ -28,6 +30,7 @@ import nb2myst  # noqa: E402
 CONF_DIR = ROOT / "site"
 HOME = "index"
 CHECKS = "checks"  # nbs/checks/: the exercise checkers, listed as an appendix
+_BLOCK_ATTRS = re.compile(r"^\{\.[\w-]+\}[ \t]*\n", re.M)
 ASSET_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp"}  # images that markdown cells may reference
 
 
@@ -93,6 +96,46 @@ def prepare_sources(nbs: Path, src_root: Path, dst: Path, title: str,
     return written
 
 
+def _markdown_view(nb):
+    "A copy of a translated notebook as a text reader sees the page: hidden inputs/outputs, images and HTML dropped."
+    nb = nbformat.from_dict(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":  # MyST block attributes (`{.lead}`) style the HTML only
+            cell.source = _BLOCK_ATTRS.sub("", cell.source)
+        if cell.cell_type != "code":
+            continue
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if "remove-input" in tags:
+            cell.source = ""
+        kept = []
+        for o in ([] if "remove-output" in tags else cell.get("outputs", [])):
+            if o.output_type in ("execute_result", "display_data"):
+                data = o.get("data", {})
+                if any(k.startswith("image/") for k in data) or not ({"text/plain", "text/markdown"} & set(data)):
+                    continue  # a plot (its text/plain is only "<Figure ...>") or a widget/HTML-only output
+                o.data = {k: v for k, v in data.items() if k in ("text/plain", "text/markdown")}
+            kept.append(o)
+        cell.outputs = kept
+    nb.cells = [c for c in nb.cells if c.source.strip() or c.get("outputs")]
+    return nb
+
+
+def markdown_copies(myst: Path, out: Path, pages: list[Path]) -> list[Path]:
+    """Write every page also as Markdown at `<nbdev name>.html.md` in `out` (`01_attention` -> `attention.html.md`,
+    `checks/01_attention` -> `checks/attention.html.md`): the address that the `Docs:` line nbdev appends to each
+    module docstring points to (nbdev's convention for readers that want text, e.g. LLMs). Returns the files written."""
+    from nbconvert import MarkdownExporter
+    from nbdev.config import nbpath2html
+    exporter, written = MarkdownExporter(), []
+    for page in (p for p in pages if p.suffix == ".ipynb"):
+        body, _ = exporter.from_notebook_node(_markdown_view(nbformat.read(page, as_version=4)))
+        dst = out / f"{nbpath2html(page.relative_to(myst)).as_posix()}.md"
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text(body, encoding="utf-8")
+        written.append(dst)
+    return written
+
+
 def run_sphinx(src: Path, out: Path, doctrees: Path) -> int:
     """Build HTML from `src` into `out` with `site/conf.py`; only warnings and errors are printed. Returns the exit code.
 
@@ -128,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     if code:
         print(f"error: Sphinx failed (exit code {code})", file=sys.stderr)
         return code
+    markdown_copies(build / "myst", args.out, pages)
+    if (nbs / "llms.txt").is_file():  # nbdev-export's index of the modules and their Markdown pages
+        shutil.copy2(nbs / "llms.txt", args.out / "llms.txt")
     print(f"Built {args.out}/ in {time.perf_counter() - start:.0f} s. Open {args.out / 'index.html'} in a browser, "
           f"or serve it: python -m http.server --directory {args.out} --bind 127.0.0.1 8000")
     return 0
