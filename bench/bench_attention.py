@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils import benchmark
 
+from common import measure
 from transformerbook.attention import scaled_dot_product_attention
 from transformerbook.masking import causal_mask
 from transformerbook.multihead import MultiHeadAttention
@@ -35,13 +36,6 @@ def to_torch(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         theirs.in_proj_bias.copy_(torch.cat([mha.q_proj.bias, mha.k_proj.bias, mha.v_proj.bias]))
         theirs.out_proj.load_state_dict(mha.out_proj.state_dict())
     return theirs.eval()
-
-
-def median_ms(stmt: str, env: dict, threads: int, min_run_time: float, label: str, sub_label: str, desc: str):
-    "A torch.utils.benchmark Measurement of `stmt`, run on `threads` threads for at least `min_run_time` seconds."
-    timer = benchmark.Timer(stmt=stmt, globals=env, num_threads=threads, label=label, sub_label=sub_label,
-                            description=desc)
-    return timer.blocked_autorange(min_run_time=min_run_time)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,8 +72,8 @@ def main(argv: list[str] | None = None) -> None:
                                          "theirs(x, x, x, attn_mask=not_mask, need_weights=False)"),
             }
             for what, (book_stmt, torch_stmt) in pairs.items():
-                m_book = median_ms(book_stmt, env, args.threads, args.min_run_time, what, f"T={T}", "book")
-                m_torch = median_ms(torch_stmt, env, args.threads, args.min_run_time, what, f"T={T}", "torch")
+                m_book = measure(book_stmt, env, args.threads, args.min_run_time, what, f"T={T}", "book")
+                m_torch = measure(torch_stmt, env, args.threads, args.min_run_time, what, f"T={T}", "torch")
                 results += [m_book, m_torch]
                 rows.append((what, T, m_book.median * 1e3, m_torch.median * 1e3))
 

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.utils import benchmark
 
+from common import measure
 from transformerbook.moe import MoEFeedForward, copy_to_mixtral
 
 
@@ -32,13 +33,6 @@ def hf_block(moe: MoEFeedForward, impl: str) -> nn.Module:
                            num_experts_per_tok=moe.top_k)
     config._experts_implementation = impl
     return copy_to_mixtral(moe, MixtralSparseMoeBlock(config))
-
-
-def measure(stmt: str, env: dict, threads: int, min_run_time: float, label: str, sub_label: str, desc: str):
-    "A torch.utils.benchmark Measurement of `stmt`, run on `threads` threads for at least `min_run_time` seconds."
-    timer = benchmark.Timer(stmt=stmt, globals=env, num_threads=threads, label=label, sub_label=sub_label,
-                            description=desc)
-    return timer.blocked_autorange(min_run_time=min_run_time)
 
 
 def main(argv: list[str] | None = None) -> None:
