@@ -21,18 +21,14 @@ Docs: https://transformerbook.github.io/transformerbook/scaling.html.md"""
 # %% ../nbs/09_scaling.ipynb #cfc8f2d2
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-import transformerbook
-from .data import cache_dir
 from .lm_head import GPT, GPTConfig
-from .training import CHECKPOINT_NAME, TrainConfig, load_checkpoint, load_dataset, train
+from .training import TrainConfig, _cached_shakespeare_run, load_checkpoint
 
 # %% auto #0
 __all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CHINCHILLA_INITS', 'count_params',
@@ -52,7 +48,9 @@ def _check_scalar(name: str, value) -> None:
 def count_params(config: GPTConfig, # any GPTConfig; the model is never built
                  non_embedding: bool = False, # drop the token and learned position tables (Kaplan et al. 2020's N)
                 ) -> int: # number of distinct trainable parameters of GPT(config); a tied matrix counts once
-    "Exact parameter count of `GPT(config)` from the configuration alone; equals `GPT(config).n_params(non_embedding)`."
+    """Exact parameter count of `GPT(config)` from the configuration alone (J&M eq. 10.55 without its approximations;
+    `non_embedding=True` is Kaplan et al. 2020's N); equals `GPT(config).n_params(non_embedding)`. Raises `TypeError`
+    if `config` is not a `GPTConfig`."""
     if not isinstance(config, GPTConfig): raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
     D, F, V, b = config.d_model, config.d_ff, config.vocab_size, int(config.bias)
     layer_norm = D + b * D  # gain γ and (with bias) shift β
@@ -85,7 +83,8 @@ def exact_flops_per_token(config: GPTConfig, # the model; n_layers, d_model, d_f
                          ) -> int: # matrix-multiply FLOPs per token
     """Matrix-multiply FLOPs per token of `GPT(config)` on (B, seq_len) token ids, as `FlopCounterMode` counts them
     (with `fused=False`): 2·n_layers·(4d² + 2·d·d_ff) for the weights + 4·n_layers·T·d for QKᵀ and weights·V + 2·d·V
-    for the LM head. Element-wise operations (softmax, GELU, LayerNorm) are not counted."""
+    for the LM head (Kaplan et al. 2020 Table 1, made exact). Element-wise operations (softmax, GELU, LayerNorm) are not
+    counted. Raises `TypeError` if `config` is not a `GPTConfig`, `ValueError` for a seq_len that is not a positive int."""
     if not isinstance(config, GPTConfig): raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
     T = config.context_length if seq_len is None else seq_len
     _check_positive_int("seq_len", T)
@@ -132,7 +131,7 @@ def power_law(x, # N, D or C: a positive number or tensor (in the units of x_c)
 # %% ../nbs/09_scaling.ipynb #3cfcad59
 @dataclass(frozen=True)
 class ChinchillaLaw:
-    "L(N, D) = E + A / N^alpha + B / D^beta (notes eq. 19.17; Hoffmann et al. 2022 eq. 2). Validated (`ValueError`)."
+    "L(N, D) = E + A / N^alpha + B / D^beta (notes eq. 19.17; Hoffmann et al. 2022 §3.3), in nats per token. Validated (`ValueError`)."
     E: float  # irreducible loss, nats per token
     A: float  # coefficient of the model-size term
     B: float  # coefficient of the data term
@@ -248,21 +247,9 @@ def scaling_run(model_cfg: GPTConfig, # the model; vocab_size must be the charac
     of the wrong type, `ValueError` for a vocabulary size other than the data's."""
     if not isinstance(model_cfg, GPTConfig): raise TypeError(f"model_cfg must be a GPTConfig, got {type(model_cfg).__name__}")
     if not isinstance(train_cfg, TrainConfig): raise TypeError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
-    key = json.dumps({"model": model_cfg.to_dict(), "train": train_cfg.to_dict(), "data": "tinyshakespeare-char",
-                      "version": transformerbook.__version__}, sort_keys=True)
-    out_dir = cache_dir()/"models"/f"scaling-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-    path = out_dir/CHECKPOINT_NAME
-    ckpt = load_checkpoint(path) if path.is_file() else None
-    if ckpt is None or ckpt["step"] < train_cfg.max_iters:
-        tok, train_ids, val_ids = load_dataset("tinyshakespeare", "char")
-        if model_cfg.vocab_size != tok.vocab_size:
-            raise ValueError(f"model_cfg.vocab_size={model_cfg.vocab_size} must be the character vocabulary's "
-                             f"{tok.vocab_size}")
-        torch.manual_seed(train_cfg.seed)
-        model = GPT(model_cfg)
-        train(model, train_ids, val_ids, train_cfg, out_dir=out_dir, resume=ckpt is not None, progress=progress,
-              desc=f"N={count_params(model_cfg, non_embedding=True):,}")
-        ckpt = load_checkpoint(path)
+    path = _cached_shakespeare_run("scaling", model_cfg, train_cfg, "char", {"data": "tinyshakespeare-char"}, progress,
+                                   desc=f"N={count_params(model_cfg, non_embedding=True):,}")
+    ckpt = load_checkpoint(path)
     n_params = count_params(model_cfg, non_embedding=True)
     n_tokens = train_cfg.max_iters * train_cfg.batch_size * model_cfg.context_length
     history = ckpt["history"]

@@ -494,16 +494,29 @@ def shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
     the configs and the code version; an interrupted first call resumes; later calls just load it."""
     if tokenizer not in ("char", "gpt2"): raise ValueError(f"tokenizer={tokenizer!r} must be 'char' or 'gpt2'")
     model_cfg, train_cfg = _shakespeare_recipe(tokenizer)
-    key = json.dumps({"model": model_cfg.to_dict(), "train": train_cfg.to_dict(), "tokenizer": tokenizer,
+    path = _cached_shakespeare_run(f"shakespeare-{tokenizer}", model_cfg, train_cfg, tokenizer, {"tokenizer": tokenizer},
+                                   progress, desc=f"training the {tokenizer} Shakespeare model (once)")
+    return load_model(path)
+
+def _cached_shakespeare_run(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
+                            model_cfg: GPTConfig, train_cfg: TrainConfig,
+                            tokenizer: str, # "char" or "gpt2"
+                            key_extra: dict, # more fields of the cache key (part of the hash)
+                            progress: bool, desc: str,
+                           ) -> Path: # the finished run's checkpoint file
+    """Train `GPT(model_cfg)` on TinyShakespeare once, with its checkpoint under `cache_dir()/models/<prefix>-<hash of
+    the configs, key_extra and the code version>`: a finished run is only located, an interrupted one resumes.
+    `ValueError` if model_cfg.vocab_size is not the tokenizer's."""
+    key = json.dumps({"model": model_cfg.to_dict(), "train": train_cfg.to_dict(), **key_extra,
                       "version": transformerbook.__version__}, sort_keys=True)
-    out_dir = cache_dir()/"models"/f"shakespeare-{tokenizer}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    out_dir = cache_dir()/"models"/f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     path = out_dir/CHECKPOINT_NAME
-    if path.is_file():
-        ckpt = load_checkpoint(path)
-        if ckpt["step"] >= train_cfg.max_iters: return load_model(path)
+    if path.is_file() and load_checkpoint(path)["step"] >= train_cfg.max_iters: return path
     tok, train_ids, val_ids = load_dataset("tinyshakespeare", tokenizer)
+    if model_cfg.vocab_size != tok.vocab_size:
+        raise ValueError(f"model_cfg.vocab_size={model_cfg.vocab_size} must be the "
+                         f"{'character' if tokenizer == 'char' else tokenizer} vocabulary's {tok.vocab_size}")
     torch.manual_seed(train_cfg.seed)
-    model = GPT(model_cfg)
-    train(model, train_ids, val_ids, train_cfg, out_dir=out_dir, tokenizer=tok, resume=path.is_file(),
-          progress=progress, desc=f"training the {tokenizer} Shakespeare model (once)")
-    return model.eval(), tok
+    train(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir=out_dir, tokenizer=tok, resume=path.is_file(),
+          progress=progress, desc=desc)
+    return path

@@ -167,16 +167,7 @@ def check_decode(fn, # the learner's `decode(ids, vocab) -> str`
             _fail(what, got, expected, hint)
 
 # %% ../../nbs/checks/05a_tokenization.ipynb #bac05e63
-def _counts_non_overlapping(ids):
-    "Counts each pair like `str.count`: non-overlapping occurrences, so `aaa` has `aa` once."
-    counts = {}
-    for pair in set(zip(ids, ids[1:])):
-        n, i = 0, 0
-        while i < len(ids) - 1:
-            if (ids[i], ids[i + 1]) == pair: n, i = n + 1, i + 2
-            else: i += 1
-        counts[pair] = n
-    return counts
+_counts_non_overlapping = _count_skipping_overlaps  # the same mistake, as a learner's get_pair_counts
 
 def _counts_wraparound(ids):
     "Also counts the pair (last, first), as if the text were circular."
