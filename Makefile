@@ -12,7 +12,7 @@ NB ?= nbs
 WORKERS ?= 2
 NB_THREADS ?= 1
 
-.PHONY: book test env export outputs site serve bench browser clean
+.PHONY: book test env export outputs site serve bench experiments browser clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ outputs: env
 
 bench: export
 	for f in bench/bench_*.py; do $(PY) $$f || exit 1; done
+
+# Long runs (seed sweeps, ablations, reference curves): each experiments/*.py writes transformerbook/results/<name>.json
+experiments: export
+	for f in experiments/*.py; do OMP_NUM_THREADS=$(NB_THREADS) $(PY) $$f || exit 1; done
 
 # The site test drives a real headless Chromium. Install it where we can (root + apt), otherwise say how.
 browser:

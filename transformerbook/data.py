@@ -6,6 +6,7 @@ encoding from local files. Each file is an entry of `DATA_FILES` (a `DataFile` w
 `data_path(name)` finds it: in the mirror named by `$TRANSFORMERBOOK_DATA`, else in `cache_dir()`, else by download,
 checked with `sha256_of` and `verify`. A file that is neither local nor downloadable raises `DataUnavailableError`
 (the message says where to put it); a file with the wrong hash raises `ChecksumError`.
+`load_result(name)` reads the committed results of one of the book's long experiments (`make experiments`).
 
 Docs: https://transformerbook.github.io/transformerbook/data.html.md"""
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.resources
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +26,9 @@ from pathlib import Path
 import pooch
 
 # %% auto #0
-__all__ = ['DATA_FILES', 'MIRROR_ENV', 'CACHE_ENV', 'GPT2_PAT_STR', 'END_OF_TEXT', 'END_OF_TEXT_ID', 'DataFile',
+__all__ = ['DATA_FILES', 'MIRROR_ENV', 'CACHE_ENV', 'GPT2_PAT_STR', 'END_OF_TEXT', 'END_OF_TEXT_ID', 'RESULTS_DIR', 'DataFile',
            'DataUnavailableError', 'ChecksumError', 'cache_dir', 'sha256_of', 'verify', 'data_path',
-           'load_tinyshakespeare', 'train_val_split', 'gpt2_encoding']
+           'load_tinyshakespeare', 'train_val_split', 'gpt2_encoding', 'load_result']
 
 # %% ../nbs/00a_data.ipynb #752e2d91
 @dataclass(frozen=True)
@@ -145,3 +148,16 @@ def gpt2_encoding():
                                             encoder_json_file=str(data_path("gpt2/encoder.json")))
     return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT_STR, mergeable_ranks=ranks,
                              special_tokens={END_OF_TEXT: END_OF_TEXT_ID}, explicit_n_vocab=50257)
+
+# %% ../nbs/00a_data.ipynb #7c87782d
+RESULTS_DIR = Path(str(importlib.resources.files("transformerbook")/"results"))  # shipped with the package
+
+def load_result(name: str, # an experiment's name: `experiments/<name>.py` wrote `results/<name>.json`
+               ) -> dict: # with keys "command", "seeds", "created" and "results"
+    """The committed results of one of the book's long experiments (`make experiments`). Raises
+    `FileNotFoundError` naming the experiment, the ones that exist, and the command that makes it."""
+    path = RESULTS_DIR/f"{name}.json"
+    if not path.is_file():
+        known = sorted(p.stem for p in RESULTS_DIR.glob("*.json"))
+        raise FileNotFoundError(f"no results for experiment {name!r} (known: {known}); run: python experiments/{name}.py")
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from .lm_head import GPT, GPTConfig
-from .training import TrainConfig, _cached_shakespeare_run, load_checkpoint
+from .training import TrainConfig, cached_run, load_checkpoint
 
 # %% auto #0
 __all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CHINCHILLA_INITS', 'count_params',
@@ -247,7 +247,7 @@ def scaling_run(model_cfg: GPTConfig, # the model; vocab_size must be the charac
     of the wrong type, `ValueError` for a vocabulary size other than the data's."""
     if not isinstance(model_cfg, GPTConfig): raise TypeError(f"model_cfg must be a GPTConfig, got {type(model_cfg).__name__}")
     if not isinstance(train_cfg, TrainConfig): raise TypeError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
-    path = _cached_shakespeare_run("scaling", model_cfg, train_cfg, "char", {"data": "tinyshakespeare-char"}, progress,
+    path = cached_run("scaling", model_cfg, train_cfg, "char", {"data": "tinyshakespeare-char"}, progress,
                                    desc=f"N={count_params(model_cfg, non_embedding=True):,}")
     ckpt = load_checkpoint(path)
     n_params = count_params(model_cfg, non_embedding=True)

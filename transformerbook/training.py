@@ -7,7 +7,8 @@ returns a `TrainHistory`; with `out_dir` it writes checkpoints (`save_checkpoint
 `checkpoint_file`, `load_model`) and can resume exactly. A NaN loss raises `TrainingDivergedError`; an unusable
 checkpoint raises `CheckpointError`. Data: `load_dataset` (the names in `DATASETS`), `get_batch` for (B, T) windows,
 `pack_documents` for `<|endoftext|>`-separated documents, and `cross_entropy_loss` written from scratch.
-`baby_gpt_configs()` is nanoGPT's CPU recipe and `shakespeare_model()` a cached model trained with it.
+`baby_gpt_configs()` is nanoGPT's CPU recipe and `shakespeare_model()` a cached model trained with it;
+`cached_run(prefix, model_cfg, train_cfg, tokenizer, key_extra)` trains any GPT on TinyShakespeare once and caches it.
 
 Docs: https://transformerbook.github.io/transformerbook/training.html.md"""
 
@@ -40,7 +41,7 @@ from .tokenization import CharTokenizer, GPT2Tokenizer, tokenizer_from_dict
 __all__ = ['DATASETS', 'CHECKPOINT_NAME', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'cross_entropy_loss', 'get_batch',
            'pack_documents', 'load_dataset', 'TrainConfig', 'lr_at', 'configure_optimizer', 'estimate_loss',
            'CheckpointError', 'TrainingDivergedError', 'checkpoint_file', 'TrainHistory', 'save_checkpoint',
-           'load_checkpoint', 'load_model', 'train', 'baby_gpt_configs', 'shakespeare_model']
+           'load_checkpoint', 'load_model', 'train', 'baby_gpt_configs', 'shakespeare_model', 'cached_run']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
 def _is_integer_tensor(x) -> bool:
@@ -387,6 +388,7 @@ def train(model: GPT, # trained in place (on its own device)
           resume: bool = False, # continue from `out_dir`'s checkpoint, exactly as if never interrupted
           progress: bool = True, # show a tqdm progress bar
           desc: str = "training",
+          batch_fn=None, # `batch_fn(data, batch_size, T, generator) -> (token_ids, targets)`; default `get_batch`
          ) -> TrainHistory:
     """Train a GPT by minimising the cross-entropy of the next token (J&M eq. 10.51) with AdamW, nanoGPT's warm-up +
     cosine schedule and gradient clipping. Evaluates on both splits every `eval_interval` steps and at the end,
@@ -443,7 +445,7 @@ def train(model: GPT, # trained in place (on its own device)
             if step >= cfg.max_iters: break
             lr = lr_at(step, cfg)
             for group in optimizer.param_groups: group["lr"] = lr
-            token_ids, targets = get_batch(train_data, cfg.batch_size, T, gen)  # (B, T), (B, T)
+            token_ids, targets = (batch_fn or get_batch)(train_data, cfg.batch_size, T, gen)  # (B, T), (B, T)
             logits = model(token_ids.to(device))  # (B, T, V)
             loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten())  # J&M eq. 10.51, mean over B·T
             if not torch.isfinite(loss):
@@ -494,19 +496,21 @@ def shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
     the configs and the code version; an interrupted first call resumes; later calls just load it."""
     if tokenizer not in ("char", "gpt2"): raise ValueError(f"tokenizer={tokenizer!r} must be 'char' or 'gpt2'")
     model_cfg, train_cfg = _shakespeare_recipe(tokenizer)
-    path = _cached_shakespeare_run(f"shakespeare-{tokenizer}", model_cfg, train_cfg, tokenizer, {"tokenizer": tokenizer},
+    path = cached_run(f"shakespeare-{tokenizer}", model_cfg, train_cfg, tokenizer, {"tokenizer": tokenizer},
                                    progress, desc=f"training the {tokenizer} Shakespeare model (once)")
     return load_model(path)
 
-def _cached_shakespeare_run(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
-                            model_cfg: GPTConfig, train_cfg: TrainConfig,
-                            tokenizer: str, # "char" or "gpt2"
-                            key_extra: dict, # more fields of the cache key (part of the hash)
-                            progress: bool, desc: str,
-                           ) -> Path: # the finished run's checkpoint file
+def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
+               model_cfg: GPTConfig, train_cfg: TrainConfig,
+               tokenizer: str, # "char" or "gpt2"
+               key_extra: dict, # more fields of the cache key (part of the hash); name a custom `batch_fn` here
+               progress: bool = True, desc: str = "training (once)",
+               batch_fn=None, # passed to `train` (default: `get_batch`)
+              ) -> Path: # the finished run's checkpoint file
     """Train `GPT(model_cfg)` on TinyShakespeare once, with its checkpoint under `cache_dir()/models/<prefix>-<hash of
     the configs, key_extra and the code version>`: a finished run is only located, an interrupted one resumes.
-    `ValueError` if model_cfg.vocab_size is not the tokenizer's."""
+    The cache every chapter's trained models share (`shakespeare_model`, `scaling.scaling_run`, ...); load the
+    result with `load_model`. `ValueError` if model_cfg.vocab_size is not the tokenizer's."""
     key = json.dumps({"model": model_cfg.to_dict(), "train": train_cfg.to_dict(), **key_extra,
                       "version": transformerbook.__version__}, sort_keys=True)
     out_dir = cache_dir()/"models"/f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
@@ -518,5 +522,5 @@ def _cached_shakespeare_run(prefix: str, # cache folder name before the hash, e.
                          f"{'character' if tokenizer == 'char' else tokenizer} vocabulary's {tok.vocab_size}")
     torch.manual_seed(train_cfg.seed)
     train(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir=out_dir, tokenizer=tok, resume=path.is_file(),
-          progress=progress, desc=desc)
+          progress=progress, desc=desc, batch_fn=batch_fn)
     return path
