@@ -242,8 +242,8 @@ def test_sdpa_errors(args, err, message):
 
 
 @pytest.mark.parametrize("mask,err,message", [
-    ([[True] * 7] * 5, TypeError, "mask must be a torch.Tensor of dtype torch.bool, got list"),
-    (torch.ones(5, 7), TypeError, "mask must have dtype torch.bool (True = may attend), got torch.float32"),
+    ([[True] * 7] * 5, TypeError, "mask must be a bool tensor (dtype torch.bool, True = may attend), got list"),
+    (torch.ones(5, 7), TypeError, "mask must be a bool tensor (dtype torch.bool, True = may attend), got torch.float32"),
     (torch.ones(5, 7, dtype=torch.int64), TypeError, "got torch.int64"),
     (torch.ones(5, 7, dtype=torch.uint8), TypeError, "got torch.uint8"),
     (torch.ones(7, 5, dtype=torch.bool), ValueError, "mask of shape (7, 5) does not broadcast to the scores' shape (2, 3, 5, 7)"),

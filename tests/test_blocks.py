@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from transformerbook.blocks import ACTIVATIONS, FeedForward, LayerNorm, TransformerBlock
-from transformerbook.masking import causal_mask, combine_masks, padding_mask
+from transformerbook.masking import causal_mask, combine_masks, make_padding_mask
 from transformerbook.multihead import LayerKVCache
 
 
@@ -208,7 +208,7 @@ def test_only_attention_mixes_positions(norm):
 def test_block_with_padding_mask_ignores_padded_keys(norm):
     block, T = _block(norm), 5
     lengths = torch.tensor([5, 3])
-    mask = combine_masks(causal_mask(T), padding_mask(lengths, T, side="left"))  # (B, 1, T, S); seq 1 padded at 0, 1
+    mask = combine_masks(causal_mask(T), make_padding_mask(lengths, T, side="left"))  # (B, 1, T, S); seq 1 padded at 0, 1
     x = torch.randn(2, T, 16)
     x2 = x.clone(); x2[1, :2] = torch.randn(2, 16)  # change only the padding of sequence 1
     torch.testing.assert_close(block(x2, mask=mask)[1, 2:], block(x, mask=mask)[1, 2:])

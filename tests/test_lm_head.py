@@ -13,7 +13,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.utils import logging as hf_logging
 
 from transformerbook.lm_head import GPT, GPTConfig, approx_non_embedding_params, logit_lens
-from transformerbook.masking import padding_mask
+from transformerbook.masking import make_padding_mask
 from transformerbook.multihead import KVCache
 
 hf_logging.set_verbosity_error()
@@ -65,7 +65,7 @@ def test_right_padded_batch_matches_hf_attention_mask(pair):
     T = min(12, hf.config.n_positions)
     lengths = [T, T - 3, 1]
     ids = torch.randint(0, hf.config.vocab_size, (3, T), generator=torch.Generator().manual_seed(2))
-    mask = padding_mask(lengths, T)  # (B, T) bool, True = real token
+    mask = make_padding_mask(lengths, T)  # (B, T) bool, True = real token
     with torch.no_grad():
         ours_logits = ours(ids, padding_mask=mask)
         hf_logits = hf(ids, attention_mask=mask.long()).logits
@@ -253,7 +253,7 @@ def test_kv_cache_with_left_padding(small):
     "Left-padded prompts, then cached decoding: the real tokens see the same logits as unpadded runs."
     lengths, T = [6, 3], 6
     ids = torch.randint(0, 50, (2, T + 2), generator=torch.Generator().manual_seed(4))
-    mask = torch.cat([padding_mask(lengths, T, side="left"), torch.ones(2, 2, dtype=torch.bool)], dim=1)  # (B, T+2)
+    mask = torch.cat([make_padding_mask(lengths, T, side="left"), torch.ones(2, 2, dtype=torch.bool)], dim=1)  # (B, T+2)
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # real tokens numbered from 0
     cache = KVCache(3)
     with torch.no_grad():

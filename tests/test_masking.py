@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from hypothesis import assume, given, settings, strategies as st
 
 from transformerbook.attention import attention_weights, scaled_dot_product_attention
-from transformerbook.masking import causal_mask, combine_masks, padding_mask
+from transformerbook.masking import causal_mask, combine_masks, make_padding_mask
 
 
 def reference_causal(T, S):
@@ -40,7 +40,7 @@ def test_combined_mask_matches_torch_sdpa(lengths, T, side):
     B, H, d = len(lengths), 2, 8
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, H, T, d, generator=g) for _ in range(3))
-    mask = combine_masks(causal_mask(T), padding_mask(lengths, T, side=side))
+    mask = combine_masks(causal_mask(T), make_padding_mask(lengths, T, side=side))
     ours = scaled_dot_product_attention(q, k, v, mask)
     torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
     assert torch.isfinite(ours).all()
@@ -50,7 +50,7 @@ def test_fully_masked_rows_are_zero_not_nan_and_grads_finite():
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 4, 6, 8, generator=g, requires_grad=True)
     k, v = torch.randn(2, 4, 6, 8, generator=g), torch.randn(2, 4, 6, 3, generator=g)
-    mask = combine_masks(causal_mask(6), padding_mask([6, 2], 6, side="left"))  # seq 1: queries 0..3 see nothing
+    mask = combine_masks(causal_mask(6), make_padding_mask([6, 2], 6, side="left"))  # seq 1: queries 0..3 see nothing
     out = scaled_dot_product_attention(q, k, v, mask)
     assert out[1, :, :4].abs().sum().item() == 0.0
     assert torch.isfinite(out).all()
@@ -68,7 +68,7 @@ def test_fully_masked_rows_are_zero_not_nan_and_grads_finite():
 def test_masked_keys_get_exactly_zero_weight(T, n_masked):
     g = torch.Generator().manual_seed(1)
     q, k = torch.randn(3, T, 4, generator=g), torch.randn(3, T, 4, generator=g)
-    kp = padding_mask([T - n_masked] * 3, T)
+    kp = make_padding_mask([T - n_masked] * 3, T)
     w = attention_weights(q, k, combine_masks(None, kp)[:, 0])  # (3, 1, T) broadcasts over queries
     assert w[..., T - n_masked:].abs().sum().item() == 0.0
     torch.testing.assert_close(w.sum(-1), torch.ones(3, T))
@@ -92,7 +92,7 @@ def test_causality_future_never_changes_past(T, t, d, seed):
 def test_padding_mask_right_and_left(lengths, extra):
     T = max(lengths) + extra
     assume(T > 0)  # a 0-length batch is not an example: hypothesis draws another instead of passing vacuously
-    right, left = padding_mask(lengths, T), padding_mask(lengths, T, side="left")
+    right, left = make_padding_mask(lengths, T), make_padding_mask(lengths, T, side="left")
     assert right.shape == left.shape == (len(lengths), T) and right.dtype == left.dtype == torch.bool
     assert right.sum(-1).tolist() == lengths == left.sum(-1).tolist()
     assert torch.equal(left, right.flip(-1))
@@ -106,12 +106,12 @@ def test_padding_mask_matches_pad_tokens_of_cs182_batch():
     T, pad = 10, "<PAD>"
     words = [s.split()[:T] for s in sentences]
     padded = [w + [pad] * (T - len(w)) for w in words]
-    m = padding_mask([len(w) for w in words], T)
+    m = make_padding_mask([len(w) for w in words], T)
     assert m.tolist() == [[w != pad for w in row] for row in padded]
 
 
 def test_padding_mask_accepts_tensor_lengths_and_keeps_device():
-    m = padding_mask(torch.tensor([2, 0]), 3)
+    m = make_padding_mask(torch.tensor([2, 0]), 3)
     assert m.tolist() == [[True, True, False], [False, False, False]]
 
 
@@ -120,14 +120,14 @@ def test_padding_mask_accepts_tensor_lengths_and_keeps_device():
     (lambda: causal_mask(3, 2), ValueError, "S=2 key positions cannot be fewer than T=3"),
     (lambda: causal_mask(3.0), ValueError, "T=3.0"),
     (lambda: causal_mask(True), ValueError, "T=True"),
-    (lambda: padding_mask([4], 3), ValueError, "lengths=[4]"),
-    (lambda: padding_mask([-1], 3), ValueError, "lengths=[-1]"),
-    (lambda: padding_mask([1.5], 3), ValueError, "1-D sequence of ints"),
-    (lambda: padding_mask([[1]], 3), ValueError, "1-D sequence of ints"),
-    (lambda: padding_mask([1], 3, side="top"), ValueError, "side='top'"),
+    (lambda: make_padding_mask([4], 3), ValueError, "lengths=[4]"),
+    (lambda: make_padding_mask([-1], 3), ValueError, "lengths=[-1]"),
+    (lambda: make_padding_mask([1.5], 3), ValueError, "1-D sequence of ints"),
+    (lambda: make_padding_mask([[1]], 3), ValueError, "1-D sequence of ints"),
+    (lambda: make_padding_mask([1], 3, side="top"), ValueError, "side='top'"),
     (lambda: combine_masks(causal_mask(3).float(), None), TypeError, "causal must be a bool tensor"),
-    (lambda: combine_masks(causal_mask(3), [[True] * 3]), TypeError, "must be a bool tensor (True = may attend), got list"),
-    (lambda: combine_masks(causal_mask(3), padding_mask([1], 4)), ValueError, "has S=3 keys but"),
+    (lambda: combine_masks(causal_mask(3), [[True] * 3]), TypeError, "must be a bool tensor (dtype torch.bool, True = may attend), got list"),
+    (lambda: combine_masks(causal_mask(3), make_padding_mask([1], 4)), ValueError, "has S=3 keys but"),
     (lambda: combine_masks(causal_mask(3), torch.ones(1, 1, 3, dtype=torch.bool)), ValueError, "shape (B, S)"),
     (lambda: attention_weights(torch.randn(3, 4), torch.randn(3, 4), causal_mask(3).int()), TypeError,
      "dtype torch.bool"),
@@ -142,7 +142,7 @@ def test_bad_input_raises_naming_values(call, error, text):
 def test_combine_masks_shapes_and_none():
     assert combine_masks() is None
     assert combine_masks(causal_mask(4)).shape == (4, 4)
-    assert combine_masks(None, padding_mask([1, 2], 4)).shape == (2, 1, 1, 4)
-    m = combine_masks(causal_mask(2, 5), padding_mask([5, 3], 5, side="left"))
+    assert combine_masks(None, make_padding_mask([1, 2], 4)).shape == (2, 1, 1, 4)
+    m = combine_masks(causal_mask(2, 5), make_padding_mask([5, 3], 5, side="left"))
     assert m.shape == (2, 1, 2, 5)
     assert torch.equal(m[1, 0], causal_mask(2, 5) & torch.tensor([False, False, True, True, True]))

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 
 from transformerbook.attention import scaled_dot_product_attention
-from transformerbook.masking import causal_mask, combine_masks, padding_mask
+from transformerbook.masking import causal_mask, combine_masks, make_padding_mask
 from transformerbook.multihead import KVCache, LayerKVCache, MultiHeadAttention
 
 SHAPES = [(8, 1, 1, 1), (8, 2, 5, 2), (12, 3, 7, 3), (16, 4, 6, 2), (32, 8, 9, 1), (24, 6, 4, 3)]  # (D, H, T, B)
@@ -60,7 +60,7 @@ def test_matches_torch_with_padding_masks(D, H, T, B):
     theirs = to_torch(mha)
     x = torch.randn(B, T, D)
     lengths = torch.randint(1, T + 1, (B,), generator=torch.Generator().manual_seed(T))
-    kp = padding_mask(lengths, T)
+    kp = make_padding_mask(lengths, T)
     ours = mha(x, mask=combine_masks(causal_mask(T), kp))
     ref = theirs(x, x, x, attn_mask=~causal_mask(T), key_padding_mask=~kp, need_weights=False)[0]
     torch.testing.assert_close(ours, ref)
@@ -89,7 +89,7 @@ def test_fused_path_equals_book_path(D, H, T, B):
     fused = MultiHeadAttention(D, H, fused=True)
     fused.load_state_dict(mha.state_dict())
     x = torch.randn(B, T, D)
-    mask = combine_masks(causal_mask(T), padding_mask([max(1, T - b) for b in range(B)], T, side="left"))
+    mask = combine_masks(causal_mask(T), make_padding_mask([max(1, T - b) for b in range(B)], T, side="left"))
     torch.testing.assert_close(fused(x, mask=mask), mha(x, mask=mask))
 
 
@@ -154,7 +154,7 @@ def test_fully_masked_rows_no_nan_both_paths():
     for fused in (False, True):
         mha = seeded_mha(16, 4, fused=fused)
         x = torch.randn(2, 5, 16, requires_grad=True)
-        mask = combine_masks(causal_mask(5), padding_mask([5, 2], 5, side="left"))
+        mask = combine_masks(causal_mask(5), make_padding_mask([5, 2], 5, side="left"))
         out = mha(x, mask=mask)
         assert torch.isfinite(out).all()
         # a query that sees nothing outputs W_O's bias only
@@ -186,7 +186,7 @@ def test_bad_construction(kwargs, error, text):
     (lambda m, x: m(x, mask=causal_mask(5).int()), TypeError, "dtype torch.bool"),
     (lambda m, x: m(x, mask=causal_mask(5).float()), TypeError, "torch.float32"),
     (lambda m, x: m(x, mask=causal_mask(4)), ValueError, "mask of shape (4, 4) does not broadcast"),
-    (lambda m, x: m(x, mask=padding_mask([5, 5, 5], 5)[:, None, None]), ValueError, "does not broadcast"),
+    (lambda m, x: m(x, mask=make_padding_mask([5, 5, 5], 5)[:, None, None]), ValueError, "does not broadcast"),
     (lambda m, x: m(x, mask=[[True] * 5] * 5), TypeError, "mask must be a torch.Tensor"),
 ])
 def test_bad_forward_input(fused, make_call, error, text):

@@ -1,29 +1,39 @@
-"""Input validation of the masking and embedding helpers (transformerbook.masking, transformerbook.embeddings):
-bad types raise TypeError and bad values or shapes raise ValueError, each naming what was passed."""
+"""Input validation: the shared checks of `transformerbook.validation` and their use by the masking, embedding and
+attention helpers. Bad types raise TypeError and bad values or shapes raise ValueError, each naming what was passed."""
+import ast
+import json
+import sys
+import warnings
+from pathlib import Path
+
 import pytest
 import torch
 
-from transformerbook.embeddings import Embeddings
-from transformerbook.masking import causal_mask, combine_masks, padding_mask
+import transformerbook
+from transformerbook import validation as V
+from transformerbook.embeddings import POSITIONALS, Embeddings
+from transformerbook.masking import causal_mask, combine_masks, make_padding_mask
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-# ---------------------------------------------------------------- padding_mask(lengths, T)
+# ---------------------------------------------------------------- make_padding_mask(lengths, T)
 
 @pytest.mark.parametrize("T", [2.5, 3.0, -1, "3", None, True])
 def test_padding_mask_rejects_bad_T(T):
     with pytest.raises(ValueError, match=f"T={T!r} must be a non-negative int"):
-        padding_mask([1, 2], T)
+        make_padding_mask([1, 2], T)
 
 
 def test_padding_mask_accepts_zero_length_batches():
-    assert padding_mask([0, 0], 0).shape == (2, 0)
-    assert padding_mask(torch.tensor([0]), 3).tolist() == [[False, False, False]]
+    assert make_padding_mask([0, 0], 0).shape == (2, 0)
+    assert make_padding_mask(torch.tensor([0]), 3).tolist() == [[False, False, False]]
 
 
 # ---------------------------------------------------------------- combine_masks(causal, padding_mask)
 
 def test_combine_masks_parameter_is_named_padding_mask():
-    pm = padding_mask([2, 3], 3)
+    pm = make_padding_mask([2, 3], 3)
     torch.testing.assert_close(combine_masks(causal=causal_mask(3), padding_mask=pm),
                                combine_masks(causal_mask(3), pm))
     with pytest.raises(TypeError):
@@ -32,8 +42,8 @@ def test_combine_masks_parameter_is_named_padding_mask():
 
 @pytest.mark.parametrize("call,error,text", [
     (lambda: combine_masks(causal_mask(3), [[True] * 3]), TypeError, "padding_mask must be a bool tensor"),
-    (lambda: combine_masks(causal_mask(3), padding_mask([1], 3).int()), TypeError, "padding_mask must be a bool"),
-    (lambda: combine_masks(causal_mask(3), padding_mask([1], 4)), ValueError, "S=3 keys but padding_mask has S=4"),
+    (lambda: combine_masks(causal_mask(3), make_padding_mask([1], 3).int()), TypeError, "padding_mask must be a bool"),
+    (lambda: combine_masks(causal_mask(3), make_padding_mask([1], 4)), ValueError, "S=3 keys but padding_mask has S=4"),
     (lambda: combine_masks(None, torch.ones(3, dtype=torch.bool)), ValueError, "padding_mask must have shape (B, S)"),
 ])
 def test_combine_masks_errors_use_the_parameter_name(call, error, text):
@@ -93,3 +103,177 @@ def test_embeddings_accepts_valid_position_shapes(emb, shape):
 def test_embeddings_token_ids_shape_is_a_value_error(emb):
     with pytest.raises(ValueError, match=r"token_ids must be a \(B, T\) integer tensor, got shape \(3,\)"):
         emb(torch.tensor([1, 2, 3]))
+
+
+# ---------------------------------------------------------------- transformerbook.validation: one rule, one spelling
+
+@pytest.mark.parametrize("value", [0, -3, True, False, 2.0, "2", None])
+def test_positive_int_rejects_bools_floats_and_non_positive(value):
+    with pytest.raises(ValueError, match=f"^n_heads={value!r} must be a positive int$"):
+        V.check_positive_int("n_heads", value)
+
+
+@pytest.mark.parametrize("value", [1, 7, 2**40])
+def test_positive_int_accepts_ints(value):
+    assert V.check_positive_int("n_heads", value) is None
+
+
+def test_nonnegative_int_allows_zero_and_appends_the_hint():
+    V.check_nonnegative_int("T", 0)
+    with pytest.raises(ValueError, match=r"^T=-1 must be a non-negative int \(the padded length\)$"):
+        V.check_nonnegative_int("T", -1, "the padded length")
+    with pytest.raises(ValueError, match="T=True"):
+        V.check_nonnegative_int("T", True)
+
+
+def test_positive_ints_names_the_first_bad_keyword():
+    V.check_positive_ints(d_model=8, n_heads=2)
+    with pytest.raises(ValueError, match="^n_heads=0 must be a positive int$"):
+        V.check_positive_ints(d_model=8, n_heads=0, d_ff=-1)
+
+
+@pytest.mark.parametrize("value", [0, -2, 3, 2.0, True])
+def test_positive_even_int(value):
+    with pytest.raises(ValueError, match=f"d_model={value!r} must be a positive even int"):
+        V.check_positive_even_int("d_model", value)
+    V.check_positive_even_int("d_model", 2)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("inf"), float("nan"), True, "1"])
+def test_positive_number(value):
+    with pytest.raises(ValueError, match="must be a positive finite number"):
+        V.check_positive_number("temperature", value)
+    V.check_positive_number("temperature", 0.5)
+
+
+@pytest.mark.parametrize("interval,inside,outside", [
+    ("(0, 1]", [1, 0.5, 1e-9], [0, 0.0, 1.0001, -1, True, None]),
+    ("[0, 1)", [0, 0.5], [1, 1.0, -0.1]),
+    ("[0, inf)", [0, 1e30], [-1e-9, float("nan")]),
+])
+def test_in_interval(interval, inside, outside):
+    for value in inside:
+        V.check_in_interval("p", value, interval)
+    for value in outside:
+        with pytest.raises(ValueError, match=rf"p={value!r} must be in {__import__('re').escape(interval)}"):
+            V.check_in_interval("p", value, interval)
+
+
+def test_choice_messages_list_the_named_set():
+    V.check_choice("positional", "learned", POSITIONALS)
+    with pytest.raises(ValueError, match="^positional='rope' must be 'learned' or 'sinusoidal'$"):
+        V.check_choice("positional", "rope", POSITIONALS)
+    with pytest.raises(ValueError, match="^norm='x' must be one of 'a', 'b' or 'c'$"):
+        V.check_choice("norm", "x", ("a", "b", "c"))
+    with pytest.raises(ValueError, match="^side=\\['left'\\] must be"):
+        V.check_choice("side", ["left"], ("right", "left"))  # unhashable: still a ValueError naming it
+
+
+def test_instance_is_a_type_error():
+    with pytest.raises(TypeError, match="^config must be a dict, got list$"):
+        V.check_instance("config", [], dict)
+
+
+@pytest.mark.parametrize("mask,text", [
+    ([[True]], "mask must be a bool tensor (dtype torch.bool, True = may attend), got list"),
+    (torch.ones(2, 2), "got torch.float32"),
+    (torch.ones(2, 2, dtype=torch.int64), "got torch.int64"),
+])
+def test_bool_mask(mask, text):
+    with pytest.raises(TypeError) as err:
+        V.check_bool_mask("mask", mask)
+    assert text in str(err.value)
+
+
+def test_ids_below_names_the_first_bad_id_and_the_hint():
+    V.check_ids_below(torch.tensor([0, 9]), "vocab_size", 10)
+    V.check_ids_below(torch.zeros(0, dtype=torch.long), "vocab_size", 10)
+    with pytest.raises(ValueError, match=r"^position 8 is outside \[0, context_length=8\): crop it$"):
+        V.check_ids_below(torch.tensor([7, 8, 9]), "context_length", 8, what="position", hint="crop it")
+
+
+def test_attention_inputs_mask_shape_comes_from_q_and_k_only():
+    q, k, v = torch.randn(2, 5, 8), torch.randn(2, 7, 8), torch.randn(3, 2, 7, 4)  # v adds a batch dim
+    V.check_attention_inputs(q, k, v, causal_mask(5, 7))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        V.check_attention_inputs(q, k, v, causal_mask(5, 7).expand(3, 2, 5, 7))  # would enlarge the scores
+    with pytest.raises(TypeError, match="v must be a torch.Tensor, got NoneType"):
+        V.check_attention_inputs(q, k, None)
+
+
+# ---------------------------------------------------------------- one vocabulary across the package
+
+PACKAGE = ROOT / "transformerbook"
+
+
+def _imports(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("transformerbook")):
+            yield node
+
+
+@pytest.mark.parametrize("module", ["attention", "masking", "embeddings", "scaling", "validation"])
+def test_my_modules_import_no_private_name_from_another_module(module):
+    private = [a.name for n in _imports(PACKAGE / f"{module}.py") for a in n.names if a.name.startswith("_")]
+    assert not private, f"{module}.py imports private names {private}"
+
+
+def test_validation_depends_on_nothing_in_the_package():
+    assert not list(_imports(PACKAGE / "validation.py"))
+
+
+@pytest.mark.parametrize("module", ["attention", "masking", "embeddings", "scaling"])
+def test_positive_int_rule_is_spelled_once(module):
+    "No module of mine re-implements the positive-int rule: the isinstance/bool dance lives in validation.py only."
+    text = (PACKAGE / f"{module}.py").read_text()
+    assert "isinstance(value, bool)" not in text and "or isinstance(n, bool)" not in text
+
+
+def test_package_has_no_semicolon_joins_or_unused_notebook_imports():
+    "The leaks the tidy-up removed stay removed (ruff enforces it in make test; this is a fast guard)."
+    assert "import torch.nn.functional as F" not in (PACKAGE / "embeddings.py").read_text()
+    assert "import math" not in (PACKAGE / "embeddings.py").read_text()
+    assert "GPT," not in (PACKAGE / "scaling.py").read_text().split("__all__")[0]
+
+
+# ---------------------------------------------------------------- the padding-mask builder's old name
+
+def test_padding_mask_alias_warns_and_builds_the_same_mask():
+    from transformerbook.masking import padding_mask
+    with pytest.warns(DeprecationWarning, match="make_padding_mask"):
+        old = padding_mask([2, 1], 3, side="left")
+    torch.testing.assert_close(old, make_padding_mask([2, 1], 3, side="left"))
+
+
+def test_make_padding_mask_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_padding_mask([1], 2)
+
+
+def test_the_alias_is_not_exported_by_star_import():
+    import transformerbook.masking as masking
+    assert "make_padding_mask" in masking.__all__ and "padding_mask" not in masking.__all__
+
+
+# ---------------------------------------------------------------- guards are folded on the site
+
+@pytest.mark.parametrize("nb,name", [("02_masking", "_check_padding_args"), ("02_masking", "_check_mask_pair"),
+                                     ("05_embeddings", "_check_embedding_inputs"), ("07_sampling", "_check_top_k")])
+def test_guard_cells_are_folded_on_the_site(nb, name):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import nb2myst
+    cells = json.loads((ROOT / "nbs" / f"{nb}.ipynb").read_text())["cells"]
+    guard = next(c for c in cells if f"def {name}(" in "".join(c["source"]))
+    guard = {**guard, "source": "".join(guard["source"])}
+    out = nb2myst.translate({"cells": [guard], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    cell = next(c for c in out.cells if c.cell_type == "code")
+    assert cell.metadata.get("tags") == ["hide-input"] and "#|" not in cell.source
+
+
+def test_attention_chapter_has_no_guard_cell_between_equation_and_code():
+    cells = json.loads((ROOT / "nbs" / "01_attention.ipynb").read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells]
+    first_export = next(i for i, s in enumerate(sources) if s.startswith("#| export\ndef attention_weights"))
+    assert not any("def _check" in s for s in sources[:first_export])
+    assert "transformerbook.validation" in transformerbook.__doc__

@@ -4,7 +4,8 @@ nbdev's own site generator is Quarto, which understands cell options such as `#|
 and `:::` fenced divs. Sphinx + myst-nb does not, so this module rewrites a notebook for it (see CONTRIBUTING.md):
 
 - `#| hide` and `#| default_exp` cells are dropped; every `#|` line is removed from the cells that stay;
-  `#| echo: false` -> cell tag `remove-input`, `#| output: false` -> `remove-output`.
+  `#| echo: false` -> cell tag `remove-input`, `#| output: false` -> `remove-output`, `#| code-fold: true` ->
+  `hide-input` (the source folded behind a click, as Quarto's option does: input checks a reader may skip).
 - after each `#| export` cell, the API doc of each public function/class it defines (nbdev's `show_doc`
   markdown, imported from the exported module) is inserted as a MyST admonition with class `api`.
 - `### Exercise N.M — Title` ... `#### Solution` ... (or `Question` / `Answer`) become sphinx-exercise gated
@@ -285,6 +286,7 @@ def translate(nb, lib: str = LIB):
         tags = [t for t in cell.metadata.get("tags", []) if t.startswith(("remove", "hide"))]
         tags += ["remove-input"] if d.get("echo") == "false" else []
         tags += ["remove-output"] if d.get("output") == "false" else []
+        tags += ["hide-input"] if d.get("code-fold") in ("", "true") else []  # nbdev reads `true` as ""
         cell.metadata = {"tags": tags} if tags else {}
         doc = api_docs(cell.source, module, lib, skip=shown) if EXPORT_DIRECTIVES & d.keys() else None
         cell.source = strip_directives(cell.source)

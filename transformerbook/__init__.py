@@ -26,6 +26,7 @@ Modules:
 - `transformerbook.sampling`: Decoding methods (greedy, random, top-k, top-p, temperature), a batched `generate` with a KV cache, and language models as task solvers (J&M 10.7–10.8).
 - `transformerbook.scaling`: How loss falls with parameters, data and compute: counting N and FLOPs exactly, Kaplan's and Chinchilla's power laws, compute-optimal allocation, and fitting the laws from scratch (J&M 10.9.3; notes 19.5).
 - `transformerbook.tokenization`: From words and characters to byte-pair encoding: how text becomes token ids (notes 19.2.1; CS182 tokenization).
-- `transformerbook.training`: From the chain rule of probability to a trained character-level Shakespeare model: the cross-entropy loss, teacher forcing, batching and packing, AdamW with warm-up and cosine decay, checkpoints that resume exactly (J&M 10.9)."""
+- `transformerbook.training`: From the chain rule of probability to a trained character-level Shakespeare model: the cross-entropy loss, teacher forcing, batching and packing, AdamW with warm-up and cosine decay, checkpoints that resume exactly (J&M 10.9).
+- `transformerbook.validation`: The symbols, shape letters, tensor names and mask convention used throughout the book, how they map onto the textbooks' and the libraries' names, and the checks every module runs on its arguments."""
 
 __version__ = "0.1.0"

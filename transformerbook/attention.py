@@ -18,50 +18,10 @@ import math
 import torch
 from torch import Tensor
 
+from .validation import check_attention_inputs
+
 # %% auto #0
 __all__ = ['attention_weights', 'scaled_dot_product_attention']
-
-# %% ../nbs/01_attention.ipynb #749ae959
-def _shape(t: Tensor) -> tuple[int, ...]: return tuple(t.shape)
-
-def _check_qkv(**named: Tensor) -> None:
-    "Raise `TypeError`/`ValueError` naming the offending shapes or dtypes of q, k (and v), passed by name."
-    q, k, v = named["q"], named["k"], named.get("v")
-    for name, t in named.items():
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
-        if t.dim() < 2:
-            raise ValueError(f"{name} must have shape (..., length, features), got shape {_shape(t)}")
-    dtypes = {name: t.dtype for name, t in named.items()}
-    if len(set(dtypes.values())) > 1:
-        raise TypeError(f"q, k and v must share one dtype, got {', '.join(f'{n}={d}' for n, d in dtypes.items())}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share d_k: q has shape {_shape(q)} (d_k={q.shape[-1]}), "
-                         f"k has shape {_shape(k)} (d_k={k.shape[-1]})")
-    if "v" in named and v.shape[-2] != k.shape[-2]:
-        raise ValueError(f"k and v must have the same number of positions S: k has shape {_shape(k)}, "
-                         f"v has shape {_shape(v)}")
-    try:
-        torch.broadcast_shapes(*(t.shape[:-2] for t in named.values()))
-    except RuntimeError:
-        raise ValueError("the batch dimensions (all but the last two) of q, k and v must broadcast, got "
-                         + ", ".join(f"{n} {_shape(t)}" for n, t in named.items())) from None
-
-def _check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
-    "Raise if `mask` is not a bool tensor that broadcasts to the (..., T, S) scores without enlarging them."
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"mask must be a torch.Tensor of dtype torch.bool, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(f"mask must have dtype torch.bool (True = may attend), got {mask.dtype}")
-    try:
-        ok = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"mask of shape {_shape(mask)} does not broadcast to the scores' shape "
-                         f"{tuple(scores_shape)} (..., T, S)")
 
 # %% ../nbs/01_attention.ipynb #55a3fe46
 def attention_weights(q: Tensor, # (..., T, d_k) float queries
@@ -71,14 +31,12 @@ def attention_weights(q: Tensor, # (..., T, d_k) float queries
     """Softmax of the scaled scores q·kᵀ/√d_k, row by row (J&M eqs. 10.12-10.14, 10.16).
 
     Masked-out positions get weight 0. A query row with no allowed key gets all-zero weights, never NaN.
-    Raises `TypeError` for non-tensors, integer tensors, mixed dtypes or a non-bool mask, and `ValueError` for
-    wrong ranks, mismatched d_k, batch dims that do not broadcast, or a mask that does not broadcast."""
-    _check_qkv(q=q, k=k)
+    Raises `TypeError`/`ValueError` naming the bad argument."""
+    check_attention_inputs(q, k, mask=mask)
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
     if mask is None:
         return torch.softmax(scores, dim=-1)  # (..., T, S), softmax over the keys
-    _check_mask(mask, scores.shape)
     # A finite "minus infinity" keeps fully masked rows (and their gradients) free of NaN.
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1)  # (..., T, S), softmax over keys
@@ -93,7 +51,6 @@ def scaled_dot_product_attention(q: Tensor, # (..., T, d_k) float queries
     """Scaled dot-product attention, softmax(q kᵀ/√d_k) v (J&M eq. 10.16; Vaswani et al. 2017 eq. 1).
 
     Same mask convention as `torch.nn.functional.scaled_dot_product_attention` (bool, True = may attend);
-    a query with no allowed key outputs zeros. Errors as in `attention_weights`, plus `ValueError` if v's
-    number of positions differs from k's."""
-    _check_qkv(q=q, k=k, v=v)
+    a query with no allowed key outputs zeros. Raises `TypeError`/`ValueError` naming the bad argument."""
+    check_attention_inputs(q, k, v, mask)
     return attention_weights(q, k, mask) @ v  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)

@@ -14,14 +14,15 @@ Docs: https://transformerbook.github.io/transformerbook/embeddings.html.md"""
 # %% ../nbs/05_embeddings.ipynb #e581f581
 from __future__ import annotations
 
-import math
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .validation import (check_choice, check_ids, check_ids_below, check_positive_even_int,
+                                        check_positive_int, check_positive_ints)
+
 # %% auto #0
-__all__ = ['sinusoidal_positional_encoding', 'Embeddings', 'position_rotation_matrix', 'cosine_similarity', 'analogy']
+__all__ = ['POSITIONALS', 'sinusoidal_positional_encoding', 'Embeddings', 'position_rotation_matrix', 'cosine_similarity',
+           'analogy']
 
 # %% ../nbs/05_embeddings.ipynb #60eebeb7
 def sinusoidal_positional_encoding(T: int, # number of positions, t = 0..T-1
@@ -29,9 +30,9 @@ def sinusoidal_positional_encoding(T: int, # number of positions, t = 0..T-1
                                    base: float = 10000.0, # wavelength base (Vaswani et al. 2017)
                                   ) -> Tensor: # (T, d_model) float32
     """Sinusoidal position encodings: PE[t, 2i] = sin(t / base^(2i/d)), PE[t, 2i+1] = cos(t / base^(2i/d))
-    (notes eqs. 19.8-19.9; Vaswani et al. 2017 §3.5). Raises `ValueError` for T < 1 or an odd/non-positive d_model."""
-    if T < 1: raise ValueError(f"T={T} must be >= 1")
-    if d_model < 2 or d_model % 2: raise ValueError(f"d_model={d_model} must be a positive even number")
+    (notes eqs. 19.8-19.9; Vaswani et al. 2017 §3.5). Raises `ValueError` naming the bad argument."""
+    check_positive_int("T", T)
+    check_positive_even_int("d_model", d_model)
     t = torch.arange(T, dtype=torch.float32)[:, None]  # (T, 1)
     inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # ω_i = base^(-2i/d), (d/2,)
     angles = t * inv_freq[None, :]  # (T, 1) * (1, d/2) -> (T, d/2)
@@ -39,72 +40,60 @@ def sinusoidal_positional_encoding(T: int, # number of positions, t = 0..T-1
     pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)  # interleave: columns 2i and 2i+1
     return pe
 
-# %% ../nbs/05_embeddings.ipynb #f5d5b2f7
-def _check_ids(name: str, # "token_ids" or "position_ids", for the message
-               ids, # what the caller passed
-              ) -> None:
-    "Raise `TypeError` naming the type or dtype unless `ids` is an int64 or int32 tensor (what `nn.Embedding` indexes with)."
-    if not isinstance(ids, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of integer ids, got {type(ids).__name__}: "
-                        f"convert it with torch.tensor({name})")
-    if ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{name} must have an integer dtype (torch.int64 or torch.int32), got dtype {ids.dtype}")
-
 # %% ../nbs/05_embeddings.ipynb #678e387b
+POSITIONALS = ("learned", "sinusoidal")  # the position schemes of `Embeddings` (and `GPTConfig.positional`)
+
 class Embeddings(nn.Module):
     """Input embeddings X[b, t] = E[token_ids[b, t]] + P[t] (J&M §10.5, Figs. 10.10-10.12; notes eqs. 19.7 and 19.10).
 
     `positional="learned"` uses a trainable (context_length, d_model) table P as GPT-2 does; "sinusoidal" the fixed
-    encodings of notes eqs. 19.8-19.9. Raises `TypeError` for token_ids or position_ids that are not integer tensors,
-    and `ValueError` for token ids outside [0, vocab_size), positions outside [0, context_length), a token_ids that
-    is not (B, T), or position_ids that are not (T,), (1, T) or (B, T)."""
+    encodings of notes eqs. 19.8-19.9. Raises `TypeError`/`ValueError` naming the bad argument."""
     def __init__(self, vocab_size: int, # V
                  context_length: int, # maximum number of positions
                  d_model: int, # embedding width D
                  dropout: float = 0.0, # dropout on the sum
-                 positional: str = "learned", # "learned" or "sinusoidal"
+                 positional: str = "learned", # one of POSITIONALS
                 ):
         super().__init__()
-        if positional not in ("learned", "sinusoidal"):
-            raise ValueError(f"positional={positional!r} must be 'learned' or 'sinusoidal'")
-        if vocab_size < 1 or context_length < 1 or d_model < 1:
-            raise ValueError(f"vocab_size={vocab_size}, context_length={context_length} and d_model={d_model} must be >= 1")
+        check_choice("positional", positional, POSITIONALS)
+        check_positive_ints(vocab_size=vocab_size, context_length=context_length, d_model=d_model)
         self.vocab_size, self.context_length, self.positional = vocab_size, context_length, positional
         self.token = nn.Embedding(vocab_size, d_model)  # E: (V, D)
         if positional == "learned":
             self.position = nn.Embedding(context_length, d_model)  # P: (context_length, D)
         else:
-            self.register_buffer("position_table", sinusoidal_positional_encoding(context_length, d_model), persistent=False)
+            table = sinusoidal_positional_encoding(context_length, d_model)  # P: (context_length, D), fixed
+            self.register_buffer("position_table", table, persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
                 position_ids: Tensor | None = None, # (B, T) or (T,) int64 in [0, context_length); default 0..T-1
                ) -> Tensor: # (B, T, D)
-        """(B, T) ids -> (B, T, D): E[token_ids] + P[position_ids] (notes eq. 19.10), then dropout. Raises
-        `TypeError`/`ValueError` as the class docstring lists."""
-        _check_ids("token_ids", token_ids)
-        if token_ids.dim() != 2:
-            raise ValueError(f"token_ids must be a (B, T) integer tensor, got shape {tuple(token_ids.shape)}")
-        B, T = token_ids.shape
-        if token_ids.numel() and (token_ids.min() < 0 or token_ids.max() >= self.vocab_size):
-            bad = token_ids[(token_ids < 0) | (token_ids >= self.vocab_size)]
-            raise ValueError(f"token id {bad[0].item()} is outside [0, vocab_size={self.vocab_size})")
-        if position_ids is None:
-            if T > self.context_length:
-                raise ValueError(f"sequence length T={T} is beyond context_length={self.context_length}: "
-                                 f"crop the sequence to its last {self.context_length} tokens")
-            position_ids = torch.arange(T, device=token_ids.device)  # (T,)
-        _check_ids("position_ids", position_ids)
-        if position_ids.dim() not in (1, 2) or position_ids.shape[-1] != T or (
-                position_ids.dim() == 2 and position_ids.shape[0] not in (1, B)):
-            raise ValueError(f"position_ids must have shape (T,), (1, T) or (B, T) with B={B}, T={T}, "
-                             f"got {tuple(position_ids.shape)}")
-        if position_ids.numel() and (position_ids.min() < 0 or position_ids.max() >= self.context_length):
-            bad = position_ids[(position_ids < 0) | (position_ids >= self.context_length)]
-            raise ValueError(f"position {bad[0].item()} is outside [0, context_length={self.context_length}): "
-                             f"crop the sequence to its last {self.context_length} tokens")
+        "(B, T) ids -> (B, T, D): E[token_ids] + P[position_ids] (notes eq. 19.10), then dropout."
+        position_ids = _check_embedding_inputs(token_ids, position_ids, self.vocab_size, self.context_length)
         pos = self.position(position_ids) if self.positional == "learned" else self.position_table[position_ids]
         return self.dropout(self.token(token_ids) + pos)  # (B, T, D) + (B|1, T, D)
+
+# %% ../nbs/05_embeddings.ipynb #458c7ee7
+def _check_embedding_inputs(token_ids, position_ids, vocab_size: int, context_length: int) -> Tensor:
+    "The position ids to use (default (T,) 0..T-1) once both inputs are checked, or an error naming the bad one."
+    check_ids("token_ids", token_ids)
+    if token_ids.dim() != 2:
+        raise ValueError(f"token_ids must be a (B, T) integer tensor, got shape {tuple(token_ids.shape)}")
+    B, T = token_ids.shape
+    check_ids_below(token_ids, "vocab_size", vocab_size)
+    crop = f"crop the sequence to its last {context_length} tokens"
+    if position_ids is None:
+        if T > context_length:
+            raise ValueError(f"sequence length T={T} is beyond context_length={context_length}: {crop}")
+        return torch.arange(T, device=token_ids.device)  # (T,)
+    check_ids("position_ids", position_ids)
+    if position_ids.dim() not in (1, 2) or position_ids.shape[-1] != T or (
+            position_ids.dim() == 2 and position_ids.shape[0] not in (1, B)):
+        raise ValueError(f"position_ids must have shape (T,), (1, T) or (B, T) with B={B}, T={T}, "
+                         f"got {tuple(position_ids.shape)}")
+    check_ids_below(position_ids, "context_length", context_length, what="position", hint=crop)
+    return position_ids
 
 # %% ../nbs/05_embeddings.ipynb #4c5b9124
 def position_rotation_matrix(k: int | float, # offset in positions (may be negative)
@@ -115,7 +104,7 @@ def position_rotation_matrix(k: int | float, # offset in positions (may be negat
 
     Block i is [[cos ω_i k, sin ω_i k], [-sin ω_i k, cos ω_i k]] with ω_i = base^(-2i/d). Raises `ValueError` for an odd
     d_model."""
-    if d_model < 2 or d_model % 2: raise ValueError(f"d_model={d_model} must be a positive even number")
+    check_positive_even_int("d_model", d_model)
     omega = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
     c, s = torch.cos(omega * k), torch.sin(omega * k)  # (d/2,)
     blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # (d/2, 2, 2)

@@ -2,7 +2,7 @@
 
 **In the package** (`transformerbook.masking`): `causal_mask(T, S)` is the (T, S) bool mask that lets each of T
 queries see the keys up to its own position (the queries are the last T of S positions when a cache holds the first
-S - T), `padding_mask(lengths, T, side)` marks the real tokens of a right- or left-padded batch, shape (B, T), and
+S - T), `make_padding_mask(lengths, T, side)` marks the real tokens of a right- or left-padded batch, shape (B, T), and
 `combine_masks(causal, padding_mask)` ANDs the two into a (B, 1, T, S) mask that broadcasts over heads. True always
 means "may attend".
 
@@ -13,11 +13,15 @@ Docs: https://transformerbook.github.io/transformerbook/masking.html.md"""
 # %% ../nbs/02_masking.ipynb #8c5ecb36
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor
 
+from .validation import check_bool_mask, check_choice, check_nonnegative_int, check_positive_int
+
 # %% auto #0
-__all__ = ['causal_mask', 'padding_mask', 'combine_masks']
+__all__ = ['causal_mask', 'make_padding_mask', 'combine_masks']
 
 # %% ../nbs/02_masking.ipynb #e9995e7a
 def causal_mask(T: int, # number of query positions
@@ -26,57 +30,70 @@ def causal_mask(T: int, # number of query positions
                ) -> Tensor: # (T, S) bool, True = may attend
     """Lower-triangular causal mask (J&M Fig. 10.4; notes eq. 19.14): query i may attend key j iff j <= i + (S - T).
 
-    With S > T the queries are the last T of S positions (as with a KV cache). Raises `ValueError` if T < 1 or S < T."""
+    With S > T the queries are the last T of S positions (as with a KV cache). Raises `ValueError` naming a bad T or S."""
     S = T if S is None else S
-    for name, n in (("T", T), ("S", S)):
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"{name}={n!r} must be a positive int")
-    if S < T:
-        raise ValueError(f"S={S} key positions cannot be fewer than T={T} query positions")
+    _check_causal_sizes(T, S)
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)  # (T, S)
 
+# %% ../nbs/02_masking.ipynb #36d89510
+def _check_causal_sizes(T, S) -> None:
+    check_positive_int("T", T)
+    check_positive_int("S", S)
+    if S < T: raise ValueError(f"S={S} key positions cannot be fewer than T={T} query positions")
+
 # %% ../nbs/02_masking.ipynb #10b4bbc5
-def padding_mask(lengths, # (B,) int: the real length of each sequence (a list or an integer tensor)
-                 T: int, # padded length
-                 side: str = "right", # where the padding sits: "right" (after the tokens) or "left" (before)
-                ) -> Tensor: # (B, T) bool, True = a real token
+def make_padding_mask(lengths, # (B,) int: the real length of each sequence (a list or an integer tensor)
+                      T: int, # padded length
+                      side: str = "right", # where the padding sits: "right" (after the tokens) or "left" (before)
+                     ) -> Tensor: # (B, T) bool, True = a real token
     """Mask of real (non-pad) positions in a batch of sequences padded to length T (CS182 "Batching" slides).
 
-    Raises `ValueError` if T is not a non-negative int, `lengths` is not 1-D integer, a length is negative or exceeds
-    T, or `side` is not "right" or "left"."""
-    if not isinstance(T, int) or isinstance(T, bool) or T < 0:
-        raise ValueError(f"T={T!r} must be a non-negative int (the padded length)")
-    lengths = torch.as_tensor(lengths)
-    if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
-        raise ValueError(f"lengths must be a 1-D sequence of ints, got {lengths.tolist()!r} (dtype {lengths.dtype})")
-    if side not in ("right", "left"):
-        raise ValueError(f"side={side!r} must be 'right' or 'left'")
-    if (lengths < 0).any() or (lengths > T).any():
-        raise ValueError(f"every length must be in [0, T={T}], got lengths={lengths.tolist()}")
+    Raises `ValueError` naming the bad argument."""
+    lengths = _check_padding_args(lengths, T, side)  # (B,) int tensor
     pos = torch.arange(T, device=lengths.device)  # (T,)
     if side == "right":
         return pos[None, :] < lengths[:, None]  # (1, T) < (B, 1) -> (B, T)
     return pos[None, :] >= (T - lengths)[:, None]  # (B, T)
 
+# %% ../nbs/02_masking.ipynb #11e95922
+def _check_padding_args(lengths, T, side) -> Tensor:
+    "`lengths` as a (B,) tensor, or `ValueError` naming what is wrong."
+    check_nonnegative_int("T", T, "the padded length")
+    lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must be a 1-D sequence of ints, got {lengths.tolist()!r} (dtype {lengths.dtype})")
+    check_choice("side", side, PADDING_SIDES)
+    if (lengths < 0).any() or (lengths > T).any():
+        raise ValueError(f"every length must be in [0, T={T}], got lengths={lengths.tolist()}")
+    return lengths
+
+PADDING_SIDES = ("right", "left")
+
+# %% ../nbs/02_masking.ipynb #702fb10c
+def padding_mask(lengths, T: int, side: str = "right") -> Tensor:
+    "Deprecated: the builder is now `make_padding_mask`; `padding_mask` names the mask tensor an argument receives."
+    warnings.warn("transformerbook.masking.padding_mask is deprecated: call make_padding_mask", DeprecationWarning,
+                  stacklevel=2)
+    return make_padding_mask(lengths, T, side)
+
 # %% ../nbs/02_masking.ipynb #0f95de7c
 def combine_masks(causal: Tensor | None = None, # (T, S) bool, from `causal_mask`
-                  padding_mask: Tensor | None = None, # (B, S) bool, True = real key token (from `padding_mask`)
+                  padding_mask: Tensor | None = None, # (B, S) bool, True = real key token (from `make_padding_mask`)
                  ) -> Tensor | None: # (B, 1, T, S), (B, 1, 1, S) or (T, S) bool, True = may attend; None if both None
     """AND a causal mask with a padding mask over the keys, shaped to broadcast over heads: (B, 1, T, S).
 
-    Raises `TypeError` for non-bool masks and `ValueError` for a padding mask that is not 2-D or whose S differs
-    from the causal mask's."""
-    for name, m in (("causal", causal), ("padding_mask", padding_mask)):
-        if m is not None and (not isinstance(m, Tensor) or m.dtype != torch.bool):
-            raise TypeError(f"{name} must be a bool tensor (True = may attend), got "
-                            f"{m.dtype if isinstance(m, Tensor) else type(m).__name__}")
+    Raises `TypeError`/`ValueError` naming the bad argument."""
+    _check_mask_pair(causal, padding_mask)
     if padding_mask is None:
         return causal
-    if padding_mask.dim() != 2:
-        raise ValueError(f"padding_mask must have shape (B, S), got {tuple(padding_mask.shape)}")
     kp = padding_mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
-    if causal is None:
-        return kp
-    if causal.shape[-1] != padding_mask.shape[-1]:
+    return kp if causal is None else causal[None, None] & kp  # (1, 1, T, S) & (B, 1, 1, S) -> (B, 1, T, S)
+
+# %% ../nbs/02_masking.ipynb #4d2a53da
+def _check_mask_pair(causal, padding_mask) -> None:
+    for name, m in (("causal", causal), ("padding_mask", padding_mask)):
+        if m is not None: check_bool_mask(name, m)
+    if padding_mask is not None and padding_mask.dim() != 2:
+        raise ValueError(f"padding_mask must have shape (B, S), got {tuple(padding_mask.shape)}")
+    if causal is not None and padding_mask is not None and causal.shape[-1] != padding_mask.shape[-1]:
         raise ValueError(f"causal mask has S={causal.shape[-1]} keys but padding_mask has S={padding_mask.shape[-1]}")
-    return causal[None, None] & kp  # (1, 1, T, S) & (B, 1, 1, S) -> (B, 1, T, S)

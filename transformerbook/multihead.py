@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import attention_weights, _check_mask
+from .attention import attention_weights
+from .validation import check_mask
 
 # %% auto #0
 __all__ = ['LayerKVCache', 'KVCache', 'MultiHeadAttention']
@@ -144,7 +145,7 @@ class MultiHeadAttention(nn.Module):
         v = self.split_heads(self.v_proj(x))  # (B, H, T, Dh)
         if mask is not None:  # checked before the cache is touched, so a bad call leaves the cache as it was
             S = x.shape[1] + (len(kv_cache) if kv_cache is not None else 0)
-            _check_mask(mask, torch.Size((x.shape[0], self.n_heads, x.shape[1], S)))  # the same check as chapter 1's
+            check_mask(mask, torch.Size((x.shape[0], self.n_heads, x.shape[1], S)))  # the same check as chapter 1's
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, H, S, Dh), S = cached + T
         if self.fused:

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .masking import padding_mask as make_padding_mask
+from .masking import make_padding_mask
 from .multihead import KVCache
+from .validation import check_in_interval, check_positive_int, is_number
 
 # %% auto #0
 __all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'generate', 'kv_cache_bytes',
@@ -53,15 +54,9 @@ def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that mu
     return idx.squeeze(-1).clamp_(max=V - 1)
 
 # %% ../nbs/07_sampling.ipynb #b7d64a9e
-def _is_number(x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _check_top_k(k) -> None: check_positive_int("top_k", k, "k = 1 is greedy decoding")
 
-def _check_top_k(k) -> None:
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"top_k={k!r} must be an int >= 1 (k = 1 is greedy decoding)")
-
-def _check_top_p(p) -> None:
-    if not _is_number(p) or not 0 < p <= 1:
-        raise ValueError(f"top_p={p!r} must be in (0, 1] (1 keeps every token)")
+def _check_top_p(p) -> None: check_in_interval("top_p", p, "(0, 1]", "1 keeps every token")
 
 # %% ../nbs/07_sampling.ipynb #1597ffda
 def apply_temperature(logits: Tensor, # (..., V) float
@@ -71,7 +66,7 @@ def apply_temperature(logits: Tensor, # (..., V) float
 
     Raises `ValueError` unless τ is a positive finite number (greedy decoding, the limit τ → 0, is
     `generate(..., temperature=0)`)."""
-    if not _is_number(temperature) or not 0 < temperature < math.inf:
+    if not is_number(temperature) or not 0 < temperature < math.inf:
         raise ValueError(f"temperature={temperature!r} must be a positive finite number; "
                          "for greedy decoding (the limit τ → 0) use generate(..., temperature=0)")
     return logits / temperature
@@ -182,7 +177,7 @@ def generate(model: nn.Module, # a `GPT` (anything with `.config.context_length`
     cfg = model.config
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 0")
-    if not _is_number(temperature) or not 0 <= temperature < math.inf:
+    if not is_number(temperature) or not 0 <= temperature < math.inf:
         raise ValueError(f"temperature={temperature!r} must be >= 0 and finite (0 = greedy decoding)")
     if top_k is not None: _check_top_k(top_k)
     if top_p is not None: _check_top_p(top_p)

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .lm_head import GPT, GPTConfig
+from .lm_head import GPTConfig
 from .training import TrainConfig, cached_run, load_checkpoint
+from .validation import check_instance, check_positive_int, check_positive_ints, check_positive_number
 
 # %% auto #0
 __all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CHINCHILLA_INITS', 'count_params',
@@ -36,22 +37,13 @@ __all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CH
            'fit_chinchilla', 'scaling_run']
 
 # %% ../nbs/09_scaling.ipynb #e51760e4
-def _check_positive_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive int")
-
-def _check_scalar(name: str, value) -> None:
-    "A positive, finite number (not a bool), or `ValueError` naming the value."
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name}={value!r} must be a positive finite number")
-
 def count_params(config: GPTConfig, # any GPTConfig; the model is never built
                  non_embedding: bool = False, # drop the token and learned position tables (Kaplan et al. 2020's N)
                 ) -> int: # number of distinct trainable parameters of GPT(config); a tied matrix counts once
     """Exact parameter count of `GPT(config)` from the configuration alone (J&M eq. 10.55 without its approximations;
     `non_embedding=True` is Kaplan et al. 2020's N); equals `GPT(config).n_params(non_embedding)`. Raises `TypeError`
     if `config` is not a `GPTConfig`."""
-    if not isinstance(config, GPTConfig): raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
+    check_instance("config", config, GPTConfig)
     D, F, V, b = config.d_model, config.d_ff, config.vocab_size, int(config.bias)
     layer_norm = D + b * D  # gain γ and (with bias) shift β
     attention = 4 * D * D + b * 4 * D  # q_proj, k_proj, v_proj, out_proj: (D, D) each, plus biases
@@ -70,9 +62,8 @@ def flops_per_token(n_params: int | float, # N, non-embedding parameters
                    ) -> float: # FLOPs per token
     """Kaplan et al. 2020 (Table 1): forward FLOPs per token ≈ 2N + 2·n_layers·context_length·d_model; training ≈ 3x
     that (≈ 6N when the context term is small). Raises `ValueError` for a non-positive or non-finite N."""
-    _check_scalar("n_params", n_params)
-    for name, v in (("n_layers", n_layers), ("context_length", context_length), ("d_model", d_model)):
-        _check_positive_int(name, v)
+    check_positive_number("n_params", n_params)
+    check_positive_ints(n_layers=n_layers, context_length=context_length, d_model=d_model)
     forward = 2 * n_params + 2 * n_layers * context_length * d_model
     return float(3 * forward if training else forward)
 
@@ -85,9 +76,9 @@ def exact_flops_per_token(config: GPTConfig, # the model; n_layers, d_model, d_f
     (with `fused=False`): 2·n_layers·(4d² + 2·d·d_ff) for the weights + 4·n_layers·T·d for QKᵀ and weights·V + 2·d·V
     for the LM head (Kaplan et al. 2020 Table 1, made exact). Element-wise operations (softmax, GELU, LayerNorm) are not
     counted. Raises `TypeError` if `config` is not a `GPTConfig`, `ValueError` for a seq_len that is not a positive int."""
-    if not isinstance(config, GPTConfig): raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
+    check_instance("config", config, GPTConfig)
     T = config.context_length if seq_len is None else seq_len
-    _check_positive_int("seq_len", T)
+    check_positive_int("seq_len", T)
     D, F, L = config.d_model, config.d_ff, config.n_layers
     forward = 2 * L * (4 * D * D + 2 * D * F) + 4 * L * T * D + 2 * D * config.vocab_size
     return 3 * forward if training else forward
@@ -97,8 +88,8 @@ def training_flops(n_params: int | float, # N, parameters (non-embedding, as in 
                    n_tokens: int | float, # D, training tokens
                   ) -> float: # C in FLOPs
     "Training compute C ≈ 6·N·D FLOPs (notes eq. 19.15; Kaplan et al. 2020). Raises `ValueError` for N or D <= 0 or NaN."
-    _check_scalar("n_params", n_params)
-    _check_scalar("n_tokens", n_tokens)
+    check_positive_number("n_params", n_params)
+    check_positive_number("n_tokens", n_tokens)
     return 6.0 * n_params * n_tokens
 
 PF_DAY_FLOPS = 1e15 * 24 * 3600  # one petaflop/s sustained for a day: 8.64e19 FLOPs (Kaplan's unit of compute)
@@ -122,7 +113,7 @@ def power_law(x, # N, D or C: a positive number or tensor (in the units of x_c)
               alpha: float, # the exponent alpha_N, alpha_D or alpha_C
              ): # L = (x_c / x)^alpha, nats per token; a float for a number, a float64 tensor for a tensor
     "Kaplan et al.'s single-variable scaling law L(x) = (x_c / x)^alpha (J&M eqs. 10.52-10.54). `ValueError` for x <= 0 or NaN."
-    _check_scalar("x_c", x_c)
+    check_positive_number("x_c", x_c)
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
         raise ValueError(f"alpha={alpha!r} must be a finite number")
     loss = (x_c / _as_positive("x", x)) ** alpha
@@ -139,7 +130,7 @@ class ChinchillaLaw:
     beta: float  # exponent of D
 
     def __post_init__(self):
-        for name in ("A", "B", "alpha", "beta"): _check_scalar(name, getattr(self, name))
+        for name in ("A", "B", "alpha", "beta"): check_positive_number(name, getattr(self, name))
         if isinstance(self.E, bool) or not isinstance(self.E, (int, float)) or not math.isfinite(self.E) or self.E < 0:
             raise ValueError(f"E={self.E!r} must be a finite number >= 0")
 
@@ -157,7 +148,7 @@ class ChinchillaLaw:
                        ) -> tuple[float, float]: # (N_opt parameters, D_opt tokens), with 6·N_opt·D_opt = C
         """Minimise L(N, D) subject to C = 6ND (Hoffmann et al. 2022 eq. 4): N_opt = G (C/6)^a, D_opt = (C/6)^b / G
         with a = beta/(alpha+beta), b = alpha/(alpha+beta), G = (alpha A / (beta B))^(1/(alpha+beta))."""
-        _check_scalar("flops", flops)
+        check_positive_number("flops", flops)
         G = (self.alpha * self.A / (self.beta * self.B)) ** (1 / (self.alpha + self.beta))
         a = self.beta / (self.alpha + self.beta)
         n_params = G * (flops / 6) ** a
@@ -245,8 +236,8 @@ def scaling_run(model_cfg: GPTConfig, # the model; vocab_size must be the charac
     final losses. Cached like `shakespeare_model`: a checkpoint under `cache_dir()/models/scaling-<hash of the configs
     and code version>`, so a second call only reads it (and an interrupted run resumes). Raises `TypeError` for configs
     of the wrong type, `ValueError` for a vocabulary size other than the data's."""
-    if not isinstance(model_cfg, GPTConfig): raise TypeError(f"model_cfg must be a GPTConfig, got {type(model_cfg).__name__}")
-    if not isinstance(train_cfg, TrainConfig): raise TypeError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
+    check_instance("model_cfg", model_cfg, GPTConfig)
+    check_instance("train_cfg", train_cfg, TrainConfig)
     path = cached_run("scaling", model_cfg, train_cfg, "char", {"data": "tinyshakespeare-char"}, progress,
                                    desc=f"N={count_params(model_cfg, non_embedding=True):,}")
     ckpt = load_checkpoint(path)

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..attention import scaled_dot_product_attention
 from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
-from ..masking import causal_mask, combine_masks, padding_mask
+from ..masking import causal_mask, combine_masks, make_padding_mask
 
 # %% auto #0
 __all__ = ['META_CASES', 'check_causal_mask', 'check_padding_mask', 'check_combine_masks', 'check_masked_attention']
@@ -72,10 +72,10 @@ def check_causal_mask(fn, # fn(T) -> (T, T) bool, True where query i may attend 
 @checker("Exercise 2.3 — padding mask")
 def check_padding_mask(fn, # fn(lengths, T) -> (B, T) bool, True at real (non-pad) positions, padding on the right
                       ) -> None:
-    "Check `fn(lengths, T)` (right padding) against `padding_mask(lengths, T)` on several batches."
+    "Check `fn(lengths, T)` (right padding) against `make_padding_mask(lengths, T)` on several batches."
     for lengths, T in (([3, 1, 4, 0], 4), ([10, 10, 10, 6, 10, 9, 10, 8], 10), ([1], 1), ([2, 5], 7)):
         lengths_t = torch.tensor(lengths)
-        ref = padding_mask(lengths_t, T)
+        ref = make_padding_mask(lengths_t, T)
         out = call_learner(fn, lengths_t, T, what=f"fn(lengths=torch.tensor({lengths}), T={T})",
                            hint="compare torch.arange(T)[None, :] with lengths[:, None].")
         _assert_mask_equal(out, ref, f"fn(lengths={lengths}, T={T})", {
@@ -83,7 +83,7 @@ def check_padding_mask(fn, # fn(lengths, T) -> (B, T) bool, True at real (non-pa
             "it is off by one: a sequence of length L has real tokens at positions 0..L-1 (use <, not <=).":
                 torch.arange(T)[None, :] <= lengths_t[:, None],
             "the padding is on the left; this exercise pads on the right (tokens first, then <PAD>).":
-                padding_mask(lengths_t, T, side="left"),
+                make_padding_mask(lengths_t, T, side="left"),
         })
 
 # %% ../../nbs/checks/02_masking.ipynb #a99135c4
@@ -93,7 +93,7 @@ def check_combine_masks(fn, # fn(causal (T, S), key_padding (B, S)) -> (B, 1, T,
     "Check `fn(causal, key_padding)` against `combine_masks` for square and rectangular (S > T) masks."
     for lengths, T, S, side in (([3, 5, 1], 5, 5, "right"), ([2, 4], 4, 4, "left"), ([6, 3], 2, 6, "right")):
         causal = causal_mask(T, S)
-        key_padding = padding_mask(lengths, S, side=side)
+        key_padding = make_padding_mask(lengths, S, side=side)
         ref = combine_masks(causal, key_padding)
         out = call_learner(fn, causal, key_padding,
                            what=f"fn(causal {tuple(causal.shape)}, key_padding {tuple(key_padding.shape)})",
@@ -120,7 +120,7 @@ def check_masked_attention(fn, # fn(q (..., T, d_k), k (..., S, d_k), v (..., S,
     q, k = torch.randn(B, H, T, d_k, generator=g), torch.randn(B, H, T, d_k, generator=g)
     v = torch.randn(B, H, T, d_v, generator=g)
     # left padding + causal: query 0 of sequence 1 (a pad) sees no real key -> a fully masked row
-    mask = combine_masks(causal_mask(T), padding_mask([5, 3], T, side="left"))  # (B, 1, T, T)
+    mask = combine_masks(causal_mask(T), make_padding_mask([5, 3], T, side="left"))  # (B, 1, T, T)
     cases = {"a causal mask": causal_mask(T), "a random mask": torch.rand(T, T, generator=g) > 0.4,
              "a causal + left-padding mask with fully masked rows": mask}
     for what, m in cases.items():

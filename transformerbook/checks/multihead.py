@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
-from ..masking import causal_mask, combine_masks, padding_mask
+from ..masking import causal_mask, combine_masks, make_padding_mask
 from ..multihead import MultiHeadAttention
 
 # %% auto #0
@@ -140,9 +140,9 @@ def check_multihead_class(cls, # cls(d_model, n_heads), an nn.Module with q_proj
         _copy_projections(ref, mine)
         x = torch.randn(2, 5, d_model)
         masks = {"no mask": None, "a causal mask": causal_mask(5),
-                 "a causal + padding mask": combine_masks(causal_mask(5), padding_mask([5, 3], 5)),
+                 "a causal + padding mask": combine_masks(causal_mask(5), make_padding_mask([5, 3], 5)),
                  # left padding: the pad queries 0-2 of sequence 1 may attend no key at all (fully masked rows)
-                 "a causal + left-padding mask": combine_masks(causal_mask(5), padding_mask([5, 2], 5, side="left"))}
+                 "a causal + left-padding mask": combine_masks(causal_mask(5), make_padding_mask([5, 2], 5, side="left"))}
         for what, mask in masks.items():
             name = f"output (d_model={d_model}, n_heads={n_heads}, {what})"
             out = call_learner((lambda: mine(x)) if mask is None else (lambda: mine(x, mask=mask)),
