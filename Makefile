@@ -1,6 +1,7 @@
 # The two commands a reader needs (see README.md):
 #   make book   create .venv if missing, export the package, execute every notebook, build the website in _site/
-#   make test   create .venv if missing, run nbdev-test on every notebook and the pytest suite (incl. the browser test)
+#   make test   create .venv if missing, lint with ruff, run nbdev-test on every notebook and the pytest suite (incl. the
+#               browser test)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,7 +13,7 @@ NB ?= nbs
 WORKERS ?= 2
 NB_THREADS ?= 1
 
-.PHONY: book test env export outputs site serve bench experiments browser clean
+.PHONY: book test lint env export outputs site serve bench experiments browser clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,9 +38,13 @@ site: export
 serve:
 	$(PY) -m http.server --directory _site --bind 127.0.0.1 8000
 
-test: env browser
+test: env lint browser
 	OMP_NUM_THREADS=$(NB_THREADS) $(VENV)/bin/nbdev-test --n-workers $(WORKERS) --timing
 	$(PY) -m pytest -q
+
+# ruff on the notebooks and every .py file, with the rules of [tool.ruff] in pyproject.toml (see CONTRIBUTING.md)
+lint: env
+	$(VENV)/bin/ruff check .
 
 # Developers: re-execute notebooks in place so their saved outputs (plots) are current, then clean and export.
 outputs: env

@@ -54,7 +54,8 @@ def main() -> None:
     prompt = torch.randint(0, 50257, (1, 16), generator=torch.Generator().manual_seed(1))
     print(f"model: 4 layers, d_model 128, vocab 50257, {ours.n_params():,} parameters; prompt 16 tokens; greedy; "
           f"{args.threads} thread(s), best of {args.repeats}")
-    print(f"{'new tokens':>10} | {'ours cached tok/s':>17} | {'cache speed-up':>14} | {'HF tok/s':>9} | {'ours / HF':>9} | same tokens")
+    print(f"{'new tokens':>10} | {'ours cached tok/s':>17} | {'cache speed-up':>14} | {'HF tok/s':>9} | "
+          f"{'ours / HF':>9} | same tokens")
     for n in NEW_TOKENS:
         with torch.no_grad():
             out_cached = generate(ours, prompt, n, temperature=0)

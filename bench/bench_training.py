@@ -117,14 +117,16 @@ def main() -> None:
         rates[kind] = steps_per_second(kind, model_cfg, train_cfg, train_ids, args.steps)
         print(f"  {name:14s} {rates[kind]:7.2f} steps/s  {rates[kind] * tokens_per_step:9.0f} tokens/s  "
               f"(2000 steps ≈ {2000 / rates[kind]:.0f} s)", flush=True)
-    print(f"  ratios: fused / book {rates['fused'] / rates['book']:.2f}x, fused / HF GPT-2 {rates['fused'] / rates['hf']:.2f}x")
+    print(f"  ratios: fused / book {rates['fused'] / rates['book']:.2f}x, "
+          f"fused / HF GPT-2 {rates['fused'] / rates['hf']:.2f}x")
     if args.full:
         torch.manual_seed(train_cfg.seed)
         model = GPT(model_cfg)
         start = time.perf_counter()
         history = train(model, train_ids, val_ids, train_cfg, progress=False)
         seconds = time.perf_counter() - start
-        print(f"  full anchor run: {seconds:.0f} s wall, {train_cfg.max_iters * tokens_per_step / seconds:.0f} tokens/s, "
+        print(f"  full anchor run: {seconds:.0f} s wall, "
+              f"{train_cfg.max_iters * tokens_per_step / seconds:.0f} tokens/s, "
               f"final val loss {history.val_loss[-1]:.4f} (nanoGPT 1.88)")
     if args.seeds:
         seed_sweep(args.seeds, train_ids, val_ids, tok.vocab_size, ("fused", "hf") if args.peer else ("fused",))

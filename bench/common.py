@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks in `bench/` (imported as a sibling module: run the scripts as `python bench/X.py`)."""
+"""Helpers shared by the benchmarks in `bench/` (imported as a sibling module: run the scripts as
+`python bench/X.py`)."""
 from __future__ import annotations
 
 from torch.utils import benchmark

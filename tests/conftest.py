@@ -1,4 +1,5 @@
-"Shared fixtures: one torch thread for every test, the `tools/` scripts on `sys.path`, and a synthetic chapter for the site tests."
+"""Shared fixtures: one torch thread for every test, the `tools/` scripts on `sys.path`, and a synthetic chapter for the
+site tests."""
 from __future__ import annotations
 
 import base64

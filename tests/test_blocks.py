@@ -132,7 +132,8 @@ def test_feed_forward_is_position_wise_and_matches_formula(activation):
     expected = ACTIVATIONS[activation](x @ ffn.fc.weight.T + ffn.fc.bias) @ ffn.proj.weight.T + ffn.proj.bias
     torch.testing.assert_close(ffn(x), expected)
     torch.testing.assert_close(ffn(x)[:, 2], ffn(x[:, 2]))  # each position alone gives the same result
-    perturbed = x.clone(); perturbed[:, 1] += 1.0
+    perturbed = x.clone()
+    perturbed[:, 1] += 1.0
     assert torch.equal(ffn(perturbed)[:, [0, 2, 3, 4]], ffn(x)[:, [0, 2, 3, 4]])
 
 
@@ -150,7 +151,8 @@ def _block(norm, seed=0, **kw):
     block = TransformerBlock(16, 4, norm=norm, **kw).eval()
     with torch.no_grad():  # random γ, β so LayerNorm is not the identity-like default
         for ln in (block.ln_1, block.ln_2):
-            ln.weight.uniform_(0.5, 1.5); ln.bias.normal_()
+            ln.weight.uniform_(0.5, 1.5)
+            ln.bias.normal_()
     return block
 
 
@@ -186,7 +188,8 @@ def test_block_is_causal(norm):
     x = torch.randn(2, T, 16)
     y = block(x, mask=causal_mask(T))
     for t in range(T):
-        x2 = x.clone(); x2[:, t:] = torch.randn_like(x2[:, t:])  # change position t and everything after it
+        x2 = x.clone()
+        x2[:, t:] = torch.randn_like(x2[:, t:])  # change position t and everything after it
         y2 = block(x2, mask=causal_mask(T))
         torch.testing.assert_close(y2[:, :t], y[:, :t])  # the past is unchanged
         assert (y2[:, t] - y[:, t]).abs().max() > 1e-4  # position t itself does change
@@ -196,7 +199,8 @@ def test_block_is_causal(norm):
 def test_only_attention_mixes_positions(norm):
     block, T = _block(norm), 6
     x = torch.randn(1, T, 16)
-    x2 = x.clone(); x2[:, 2] += torch.randn(16)  # not a constant shift: LayerNorm would remove that
+    x2 = x.clone()
+    x2[:, 2] += torch.randn(16)  # not a constant shift: LayerNorm would remove that
     no_mask = (block(x2) - block(x)).abs().amax(-1)[0]
     assert (no_mask > 1e-6).all()  # unmasked attention: every position sees the change
     for part in (block.ln_1, block.mlp):
@@ -208,9 +212,11 @@ def test_only_attention_mixes_positions(norm):
 def test_block_with_padding_mask_ignores_padded_keys(norm):
     block, T = _block(norm), 5
     lengths = torch.tensor([5, 3])
-    mask = combine_masks(causal_mask(T), make_padding_mask(lengths, T, side="left"))  # (B, 1, T, S); seq 1 padded at 0, 1
+    # (B, 1, T, S); seq 1 padded at 0, 1
+    mask = combine_masks(causal_mask(T), make_padding_mask(lengths, T, side="left"))
     x = torch.randn(2, T, 16)
-    x2 = x.clone(); x2[1, :2] = torch.randn(2, 16)  # change only the padding of sequence 1
+    x2 = x.clone()
+    x2[1, :2] = torch.randn(2, 16)  # change only the padding of sequence 1
     torch.testing.assert_close(block(x2, mask=mask)[1, 2:], block(x, mask=mask)[1, 2:])
     torch.testing.assert_close(block(x[1:, 2:], mask=causal_mask(3)), block(x, mask=mask)[1:, 2:])
     torch.testing.assert_close(block(x, mask=mask)[0], block(x[:1], mask=causal_mask(T))[0])
@@ -250,7 +256,8 @@ def test_pre_norm_block_is_identity_when_sublayers_output_zero():
     block = _block("pre")
     with torch.no_grad():
         for lin in (block.attn.out_proj, block.mlp.proj):
-            lin.weight.zero_(); lin.bias.zero_()
+            lin.weight.zero_()
+            lin.bias.zero_()
     x = torch.randn(2, 5, 16) * 10
     torch.testing.assert_close(block(x, mask=causal_mask(5)), x)
 

@@ -44,7 +44,8 @@ def test_help_documents_every_option(capsys):
     assert main(["train", "--help"]) == 0
     assert main(["sample", "--help"]) == 0
     text = capsys.readouterr().out
-    for option in ("--data", "--tokenizer", "--out", "--resume", "--force", "--max-iters", "--n-layers", "--n-heads", "--d-model",
+    for option in ("--data", "--tokenizer", "--out", "--resume", "--force", "--max-iters", "--n-layers", "--n-heads",
+                   "--d-model",
                    "--context-length", "--batch-size", "--learning-rate", "--dropout", "--seed", "--eval-interval",
                    "--checkpoint", "--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p"):
         assert option in text, option
@@ -65,9 +66,11 @@ def test_resume_matches_uninterrupted(tmp_path, corpus, trained):
                          "--lr-decay-iters", 20)
     assert status == 0, err
     # the first run's schedule decayed over 10 steps (lr_decay_iters = max_iters = 10): set it explicitly to compare
-    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"a", "--max-iters", 10, *TINY, "--lr-decay-iters", 20)
+    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"a", "--max-iters", 10, *TINY,
+                         "--lr-decay-iters", 20)
     assert status == 0, err
-    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"a", "--resume", "--max-iters", 20, "--no-progress")
+    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"a", "--resume", "--max-iters", 20,
+                         "--no-progress")
     assert status == 0, err
     resumed, full = load_checkpoint(tmp_path/"a"), load_checkpoint(tmp_path/"full")
     assert resumed["history"]["iter_loss"] == full["history"]["iter_loss"] and len(full["history"]["iter_loss"]) == 20
@@ -89,7 +92,8 @@ def test_new_run_refuses_to_overwrite_a_checkpoint(tmp_path, corpus, trained):
     before = load_checkpoint(trained)
     status, out, err = run("train", "--data", corpus, "--out", trained, "--max-iters", 5, *TINY)
     assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert err == f"error: {trained/'ckpt.pt'} already exists: continue it with --resume, or overwrite it with --force\n"
+    assert err == (f"error: {trained/'ckpt.pt'} already exists: continue it with --resume, "
+                   "or overwrite it with --force\n")
     after = load_checkpoint(trained)
     assert after["step"] == before["step"] == 10 and after["history"] == before["history"]
     status, _, err = run("train", "--data", corpus, "--out", trained, "--resume", "--force", *TINY)
@@ -117,7 +121,8 @@ def test_sample_is_reproducible(trained):
     a, b = run(*args, "--seed", 1), run(*args, "--seed", 1)
     assert a[0] == 0 and a == b and a[1].startswith("Shall") and len(a[1]) == len("Shall") + 30 + 1
     assert run(*args, "--temperature", 0.8, "--top-k", 5, "--top-p", 0.9, "--seed", 2)[0] == 0
-    assert run(*args, "--temperature", 0)[1] == run(*args, "--temperature", 0, "--seed", 9)[1]  # greedy ignores the seed
+    # greedy ignores the seed
+    assert run(*args, "--temperature", 0)[1] == run(*args, "--temperature", 0, "--seed", 9)[1]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -162,7 +167,8 @@ def test_missing_data_offline(tmp_path, monkeypatch):
 def test_bad_checkpoints(tmp_path, corpus, trained):
     (tmp_path/"bad").mkdir()
     (tmp_path/"bad"/"ckpt.pt").write_bytes(b"\x00garbage")
-    for argv in (["sample", "--checkpoint", tmp_path/"bad"], ["train", "--data", corpus, "--out", tmp_path/"bad", "--resume"]):
+    for argv in (["sample", "--checkpoint", tmp_path/"bad"],
+                 ["train", "--data", corpus, "--out", tmp_path/"bad", "--resume"]):
         status, _, err = run(*argv)
         assert status == 2 and "corrupt or truncated" in err and err.count("\n") == 1
     status, _, err = run("train", "--data", corpus, "--out", trained, "--resume", "--d-model", 64)

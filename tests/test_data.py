@@ -1,7 +1,6 @@
 """The data module: mirror first, then cache, then download; checksums always verified; clear offline errors."""
 import hashlib
 import shutil
-from pathlib import Path
 
 import pytest
 

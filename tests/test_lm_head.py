@@ -244,7 +244,8 @@ def test_kv_cache_matches_full_forward(small, chunks):
     cache, out, t = KVCache(3), [], 0
     with torch.no_grad():
         for n in chunks:
-            out.append(small(ids[:, t:t + n], kv_cache=cache)); t += n
+            out.append(small(ids[:, t:t + n], kv_cache=cache))
+            t += n
         torch.testing.assert_close(torch.cat(out, dim=1), small(ids), atol=1e-5, rtol=1e-5)
     assert len(cache) == sum(chunks)
 
@@ -253,12 +254,14 @@ def test_kv_cache_with_left_padding(small):
     "Left-padded prompts, then cached decoding: the real tokens see the same logits as unpadded runs."
     lengths, T = [6, 3], 6
     ids = torch.randint(0, 50, (2, T + 2), generator=torch.Generator().manual_seed(4))
-    mask = torch.cat([make_padding_mask(lengths, T, side="left"), torch.ones(2, 2, dtype=torch.bool)], dim=1)  # (B, T+2)
+    # (B, T+2)
+    mask = torch.cat([make_padding_mask(lengths, T, side="left"), torch.ones(2, 2, dtype=torch.bool)], dim=1)
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # real tokens numbered from 0
     cache = KVCache(3)
     with torch.no_grad():
         first = small(ids[:, :T], padding_mask=mask[:, :T], position_ids=positions[:, :T], kv_cache=cache)
-        steps = [small(ids[:, T + i:T + i + 1], padding_mask=mask[:, :T + i + 1], position_ids=positions[:, T + i:T + i + 1],
+        steps = [small(ids[:, T + i:T + i + 1], padding_mask=mask[:, :T + i + 1],
+                       position_ids=positions[:, T + i:T + i + 1],
                        kv_cache=cache) for i in range(2)]
         logits = torch.cat([first] + steps, dim=1)
         for b, n in enumerate(lengths):

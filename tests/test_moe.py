@@ -81,7 +81,8 @@ def test_batched_equals_loop(activation, n_experts, top_k):
 
 
 @pytest.mark.parametrize("d_model,d_ff,n_experts,top_k,shape", [
-    (16, 32, 4, 2, (2, 9)), (8, 12, 8, 2, (1, 33)), (24, 40, 6, 1, (3, 5)), (16, 16, 3, 3, (4, 4)), (8, 8, 1, 1, (2, 3))])
+    (16, 32, 4, 2, (2, 9)), (8, 12, 8, 2, (1, 33)), (24, 40, 6, 1, (3, 5)), (16, 16, 3, 3, (4, 4)),
+    (8, 8, 1, 1, (2, 3))])
 def test_matches_hf_mixtral_both_ways(d_model, d_ff, n_experts, top_k, shape):
     hf = hf_block(d_model, d_ff, n_experts, top_k)
     x = torch.randn(*shape, d_model)
@@ -175,7 +176,8 @@ def test_use_moe_gpt_trains_with_balancing_loss():
     gpt = use_moe(GPT(GPTConfig(vocab_size=20, context_length=8, d_model=16, n_heads=2, n_layers=2)), 4, 2)
     assert all(isinstance(b.mlp, MoEFeedForward) for b in gpt.blocks)
     ids = torch.randint(20, (2, 8))
-    loss = F.cross_entropy(gpt(ids).flatten(0, 1), ids.flatten()) + 0.01 * load_balancing_loss(collect_router_logits(gpt), 2)
+    loss = F.cross_entropy(gpt(ids).flatten(0, 1), ids.flatten())
+    loss = loss + 0.01 * load_balancing_loss(collect_router_logits(gpt), 2)
     loss.backward()
     assert all(b.mlp.router.gate.weight.grad.abs().sum() > 0 for b in gpt.blocks)
 

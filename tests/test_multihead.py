@@ -1,4 +1,5 @@
-"""Multi-head attention (transformerbook.multihead): reference equivalence, loop vs batched, KV cache, causality, errors."""
+"""Multi-head attention (transformerbook.multihead): reference equivalence, loop vs batched, KV cache, causality,
+errors."""
 import pytest
 import torch
 import torch.nn.functional as F

@@ -46,7 +46,8 @@ def test_count_params_equals_the_real_module(variant, non_embedding):
 @given(n_layers=st.integers(1, 4), n_heads=st.integers(1, 4), d_head=st.integers(1, 8), d_ff=st.integers(1, 64),
        vocab_size=st.integers(2, 100), context_length=st.integers(1, 32), bias=st.booleans(), tie=st.booleans(),
        positional=st.sampled_from(["learned", "sinusoidal"]), norm=st.sampled_from(["pre", "post"]))
-def test_count_params_property(n_layers, n_heads, d_head, d_ff, vocab_size, context_length, bias, tie, positional, norm):
+def test_count_params_property(n_layers, n_heads, d_head, d_ff, vocab_size, context_length, bias, tie, positional,
+                               norm):
     d_model = n_heads * d_head * (2 if positional == "sinusoidal" else 1)  # sinusoidal needs an even d_model
     config = GPTConfig(vocab_size=vocab_size, context_length=context_length, d_model=d_model, n_heads=n_heads,
                        n_layers=n_layers, d_ff=d_ff, bias=bias, tie_weights=tie, positional=positional, norm=norm)
@@ -131,8 +132,9 @@ def brute_force_optimum(law: ChinchillaLaw, flops: float) -> float:
     return N[law.loss(N, flops / (6 * N)).argmin()].item()
 
 
-@pytest.mark.parametrize("law", [HOFFMANN_2022, BESIROGLU_2024, ChinchillaLaw(E=0.0, A=50.0, B=5000.0, alpha=0.6,
-                                                                               beta=0.2)], ids=["hoffmann", "besiroglu", "skewed"])
+@pytest.mark.parametrize("law", [HOFFMANN_2022, BESIROGLU_2024,
+                                 ChinchillaLaw(E=0.0, A=50.0, B=5000.0, alpha=0.6, beta=0.2)],
+                         ids=["hoffmann", "besiroglu", "skewed"])
 @pytest.mark.parametrize("flops", [1e15, 1e20, 5.76e23, 1e27])
 def test_compute_optimal_matches_brute_force(law, flops):
     n_opt, d_opt = law.compute_optimal(flops)
@@ -166,7 +168,8 @@ def test_fit_power_law_recovers_parameters(seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_fit_chinchilla_recovers_parameters(seed):
     gen = torch.Generator().manual_seed(seed)
-    law = ChinchillaLaw(E=1.5 + 0.5 * torch.rand(1, generator=gen).item(), A=float(200 + 400 * torch.rand(1, generator=gen).item()),
+    law = ChinchillaLaw(E=1.5 + 0.5 * torch.rand(1, generator=gen).item(),
+                        A=float(200 + 400 * torch.rand(1, generator=gen).item()),
                         B=float(200 + 1000 * torch.rand(1, generator=gen).item()),
                         alpha=0.25 + 0.15 * torch.rand(1, generator=gen).item(),
                         beta=0.25 + 0.15 * torch.rand(1, generator=gen).item())
@@ -195,7 +198,8 @@ BAD_CALLS = {
     "loss NaN D": (lambda: HOFFMANN_2022.loss(1e9, float("nan")), "n_tokens must be positive and finite; got nan"),
     "compute_optimal zero C": (lambda: HOFFMANN_2022.compute_optimal(0), "flops=0"),
     "fit lengths": (lambda: fit_power_law([1.0, 2.0, 3.0], [3.0, 2.0]), "different lengths: {'x': 3, 'losses': 2}"),
-    "fit negative loss": (lambda: fit_power_law([1.0, 2.0], [3.0, -2.0]), "losses must be positive and finite; got -2.0"),
+    "fit negative loss": (lambda: fit_power_law([1.0, 2.0], [3.0, -2.0]),
+                          "losses must be positive and finite; got -2.0"),
     "fit NaN x": (lambda: fit_power_law([1.0, float("nan")], [3.0, 2.0]), "x must be positive and finite; got nan"),
     "fit one x": (lambda: fit_power_law([5.0, 5.0], [3.0, 2.0]), "at least 2 distinct x"),
     "fit rising loss": (lambda: fit_power_law([1.0, 10.0], [2.0, 3.0]), "does not fall with x"),

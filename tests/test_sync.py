@@ -13,7 +13,8 @@ NOTEBOOKS = sorted((ROOT / "nbs").rglob("*.ipynb"))
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.py")) if "__pycache__" not in p.parts}
+    return {str(p.relative_to(root)): p.read_bytes()
+            for p in sorted(root.rglob("*.py")) if "__pycache__" not in p.parts}
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +91,7 @@ def test_module_docstring_names_every_public_function_and_class(path):
 
 def test_package_docstring_lists_every_module():
     import transformerbook
-    listed = set(__import__("re").findall(r"^- `(transformerbook[\w.]*)`", transformerbook.__doc__, flags=__import__("re").M))
+    listed = set(__import__("re").findall(r"^- `(transformerbook[\w.]*)`", transformerbook.__doc__,
+                                          flags=__import__("re").M))
     expected = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in MODULES}
     assert listed == expected, f"missing {sorted(expected - listed)}, extra {sorted(listed - expected)}"

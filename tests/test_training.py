@@ -229,7 +229,8 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, dropout):
 
 
 def test_resume_with_more_iters_keeps_the_schedule(tmp_path):
-    "lr_decay_iters=None is fixed to the first run's max_iters and stored, so raising max_iters on resume cannot make lr jump."
+    """lr_decay_iters=None is fixed to the first run's max_iters and stored, so raising max_iters on resume cannot make
+    lr jump."""
     tr, va = tiny_data()
     cfg = TrainConfig(**{**TINY_TRAIN, "lr_decay_iters": None})  # decay over max_iters = 6
     first = train(tiny_model(), tr, va, cfg, out_dir=tmp_path, progress=False)

@@ -137,7 +137,8 @@ def markdown_copies(myst: Path, out: Path, pages: list[Path]) -> list[Path]:
 
 
 def run_sphinx(src: Path, out: Path, doctrees: Path) -> int:
-    """Build HTML from `src` into `out` with `site/conf.py`; only warnings and errors are printed. Returns the exit code.
+    """Build HTML from `src` into `out` with `site/conf.py`; only warnings and errors are printed. Returns the exit
+    code.
 
     Serial on purpose: on the 2-core machines `-j auto` was no faster, and its errors are harder to read."""
     from sphinx.cmd.build import build_main

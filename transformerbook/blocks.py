@@ -55,7 +55,8 @@ class LayerNorm(nn.Module):
                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
         if x.shape[-1] != self.d_model:
             raise ValueError(f"last dimension of x must be d_model={self.d_model}, got shape {tuple(x.shape)}")
-        if self.fused and x.dtype == self.weight.dtype:  # torch's kernel wants one dtype; mixed ones take the code below
+        # torch's kernel wants one dtype; mixed ones take the code below
+        if self.fused and x.dtype == self.weight.dtype:
             return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
         mu = x.mean(dim=-1, keepdim=True)  # (..., 1)                       J&M eq. 10.20
         var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)      σ², population: J&M eq. 10.21

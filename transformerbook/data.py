@@ -135,7 +135,8 @@ def train_val_split(data, # a string, list or tensor
     return data[:n], data[n:]
 
 # %% ../nbs/00a_data.ipynb #9973e356
-GPT2_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""  # GPT-2's pre-tokenizer regex (tiktoken's faster equivalent)
+# GPT-2's pre-tokenizer regex (tiktoken's faster equivalent)
+GPT2_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 END_OF_TEXT = "<|endoftext|>"
 END_OF_TEXT_ID = 50256
 

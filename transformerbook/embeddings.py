@@ -100,10 +100,10 @@ def position_rotation_matrix(k: int | float, # offset in positions (may be negat
                              d_model: int, # embedding width (even)
                              base: float = 10000.0, # as in `sinusoidal_positional_encoding`
                             ) -> Tensor: # (d_model, d_model) float32, orthogonal
-    """The block-diagonal rotation M_k with p_{t+k} = M_k p_t for the sinusoidal encodings (notes 19.4(c), eqs. 19.8-19.9).
+    """The block-diagonal rotation M_k with p_{t+k} = M_k p_t of the sinusoidal encodings (notes eqs. 19.8-19.9).
 
-    Block i is [[cos ω_i k, sin ω_i k], [-sin ω_i k, cos ω_i k]] with ω_i = base^(-2i/d). Raises `ValueError` for an odd
-    d_model."""
+    Block i is [[cos ω_i k, sin ω_i k], [-sin ω_i k, cos ω_i k]] with ω_i = base^(-2i/d) (notes 19.4(c)). Raises
+    `ValueError` naming the bad argument."""
     check_positive_even_int("d_model", d_model)
     omega = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
     c, s = torch.cos(omega * k), torch.sin(omega * k)  # (d/2,)
@@ -115,7 +115,7 @@ def cosine_similarity(u: Tensor, # (..., D)
                       v: Tensor, # (..., D), broadcastable with u
                       eps: float = 1e-8, # guards against a zero-length vector
                      ) -> Tensor: # (...,) in [-1, 1]
-    "Cosine similarity uᵀv / (|u| |v|) over the last axis (6.390 eq. 11.1). Raises `ValueError` if the last axes differ."
+    "Cosine similarity uᵀv / (|u| |v|) over the last axis (6.390 eq. 11.1). Raises `ValueError` naming the shapes."
     if u.shape[-1] != v.shape[-1]:
         raise ValueError(f"u and v must have the same last dimension, got shapes {tuple(u.shape)} and {tuple(v.shape)}")
     return (u * v).sum(-1) / (u.norm(dim=-1) * v.norm(dim=-1)).clamp_min(eps)

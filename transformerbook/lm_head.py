@@ -173,7 +173,8 @@ class GPT(nn.Module):
                ) -> Tensor: # (B, T, vocab_size) logits u (J&M eq. 10.44)
         """Logits u = lm_head(h_L) at every position, = h_L Eᵀ with tied weights (J&M eq. 10.44); raises
         `TypeError`/`ValueError` as `residual_stream` does (bad token_ids, padding_mask, position_ids or kv_cache)."""
-        return self.lm_head(self.residual_stream(token_ids, padding_mask, position_ids, kv_cache)[-1])  # (B, T, D) -> (B, T, V)
+        # (B, T, D) -> (B, T, V)
+        return self.lm_head(self.residual_stream(token_ids, padding_mask, position_ids, kv_cache)[-1])
 
     def n_params(self, non_embedding: bool = False) -> int:
         """Number of distinct parameters (a tied matrix counts once). `non_embedding=True` drops the token and
@@ -310,7 +311,8 @@ def _read_state_dict(folder: Path) -> dict[str, Tensor]:
 # %% ../nbs/06_lm_head.ipynb #26222c2b
 @patch(cls_method=True)
 def from_pretrained(cls: GPT,
-                    name_or_path: str | os.PathLike, # a Hub model name ("gpt2", "gpt2-medium", ...) or a save_pretrained folder
+                    # a Hub model name ("gpt2", "gpt2-medium", ...) or a save_pretrained folder
+                    name_or_path: str | os.PathLike,
                     local_files_only: bool = False, # never use the network; only a local folder or the HF cache
                    ) -> GPT: # in eval mode, dropout 0
     """Load Hugging Face GPT-2 weights into the book's `GPT` (config via `GPTConfig.from_hf`, tensors via

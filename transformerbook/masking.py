@@ -30,7 +30,8 @@ def causal_mask(T: int, # number of query positions
                ) -> Tensor: # (T, S) bool, True = may attend
     """Lower-triangular causal mask (J&M Fig. 10.4; notes eq. 19.14): query i may attend key j iff j <= i + (S - T).
 
-    With S > T the queries are the last T of S positions (as with a KV cache). Raises `ValueError` naming a bad T or S."""
+    With S > T the queries are the last T of S positions (as with a KV cache). Raises `ValueError` naming the bad
+    argument."""
     S = T if S is None else S
     _check_causal_sizes(T, S)
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)  # (T, S)

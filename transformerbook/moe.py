@@ -64,10 +64,13 @@ class TopKRouter(nn.Module):
     def __init__(self, d_model: int, # model width D
                  n_experts: int, # number of experts E
                  top_k: int, # experts per token K, 1 <= K <= E
-                 renormalize: bool = True, # weights sum to 1 per token (Mixtral); False: the raw probabilities (notes eq. 19.18, Switch)
+                 # weights sum to 1 per token (Mixtral); False: the raw probabilities (notes eq. 19.18, Switch)
+                 renormalize: bool = True,
                 ):
         super().__init__()
-        _check_size("d_model", d_model); _check_size("n_experts", n_experts); _check_top_k(top_k, n_experts)
+        _check_size("d_model", d_model)
+        _check_size("n_experts", n_experts)
+        _check_top_k(top_k, n_experts)
         self.d_model, self.n_experts, self.top_k, self.renormalize = d_model, n_experts, top_k, renormalize
         self.gate = nn.Linear(d_model, n_experts, bias=False)  # W_g: D -> E; weight (E, D)
 
@@ -93,7 +96,8 @@ class SwiGLUFeedForward(nn.Module):
                  bias: bool = False, # biases in the three layers (Mixtral: none)
                 ):
         super().__init__()
-        _check_size("d_model", d_model); _check_size("d_ff", d_ff)
+        _check_size("d_model", d_model)
+        _check_size("d_ff", d_ff)
         self.w1 = nn.Linear(d_model, d_ff, bias=bias)  # gate projection: D -> F
         self.w3 = nn.Linear(d_model, d_ff, bias=bias)  # up projection: D -> F
         self.w2 = nn.Linear(d_ff, d_model, bias=bias)  # down projection: F -> D
@@ -198,7 +202,9 @@ def copy_from_mixtral(moe: MoEFeedForward, # receives the weights (SwiGLU expert
             w2 = experts.down_proj[e]  # (D, F)
         else:
             w1, w3, w2 = experts[e].w1.weight, experts[e].w3.weight, experts[e].w2.weight
-        ours.w1.weight.copy_(w1); ours.w3.weight.copy_(w3); ours.w2.weight.copy_(w2)
+        ours.w1.weight.copy_(w1)
+        ours.w3.weight.copy_(w3)
+        ours.w2.weight.copy_(w2)
     return moe
 
 @torch.no_grad()
@@ -214,7 +220,8 @@ def copy_to_mixtral(moe: MoEFeedForward, # the source (SwiGLU experts, no bias)
             experts.gate_up_proj[e].copy_(torch.cat([ours.w1.weight, ours.w3.weight]))  # (F, D) + (F, D) -> (2F, D)
             experts.down_proj[e].copy_(ours.w2.weight)  # (D, F)
         else:
-            experts[e].w1.weight.copy_(ours.w1.weight); experts[e].w3.weight.copy_(ours.w3.weight)
+            experts[e].w1.weight.copy_(ours.w1.weight)
+            experts[e].w3.weight.copy_(ours.w3.weight)
             experts[e].w2.weight.copy_(ours.w2.weight)
     return block
 

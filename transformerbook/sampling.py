@@ -30,7 +30,8 @@ __all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_fil
 
 # %% ../nbs/07_sampling.ipynb #8c673759
 def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that must not be drawn
-                       generator: torch.Generator | Sequence[torch.Generator] | None = None, # one generator, or one per row
+                       # one generator, or one per row
+                       generator: torch.Generator | Sequence[torch.Generator] | None = None,
                       ) -> Tensor: # (B,) int64 token ids
     """Draw one token per row from softmax(logits) by inverse-CDF sampling: one uniform number per row.
 
@@ -251,7 +252,8 @@ def score_continuations(model: nn.Module, # a `GPT`
         if len(ids) >= C:
             raise ValueError(f"continuation {c!r} has {len(ids)} tokens; at most context_length - 1 = {C - 1} fit")
         seq = (x + ids)[-C:]  # crop the prompt from the left
-        seqs.append(seq); starts.append(len(seq) - len(ids))
+        seqs.append(seq)
+        starts.append(len(seq) - len(ids))
     if not seqs: return torch.empty(0)
     device = next(model.parameters()).device
     L = max(len(s) for s in seqs)

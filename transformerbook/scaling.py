@@ -29,7 +29,8 @@ from torch import Tensor
 
 from .lm_head import GPTConfig
 from .training import TrainConfig, cached_run, load_checkpoint
-from .validation import check_instance, check_positive_int, check_positive_ints, check_positive_number
+from .validation import (check_instance, check_positive_int, check_positive_ints, check_positive_number,
+                                        is_number)
 
 # %% auto #0
 __all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CHINCHILLA_INITS', 'count_params',
@@ -75,7 +76,7 @@ def exact_flops_per_token(config: GPTConfig, # the model; n_layers, d_model, d_f
     """Matrix-multiply FLOPs per token of `GPT(config)` on (B, seq_len) token ids, as `FlopCounterMode` counts them
     (with `fused=False`): 2·n_layers·(4d² + 2·d·d_ff) for the weights + 4·n_layers·T·d for QKᵀ and weights·V + 2·d·V
     for the LM head (Kaplan et al. 2020 Table 1, made exact). Element-wise operations (softmax, GELU, LayerNorm) are not
-    counted. Raises `TypeError` if `config` is not a `GPTConfig`, `ValueError` for a seq_len that is not a positive int."""
+    counted. Raises `TypeError`/`ValueError` naming the bad argument."""
     check_instance("config", config, GPTConfig)
     T = config.context_length if seq_len is None else seq_len
     check_positive_int("seq_len", T)
@@ -87,7 +88,7 @@ def exact_flops_per_token(config: GPTConfig, # the model; n_layers, d_model, d_f
 def training_flops(n_params: int | float, # N, parameters (non-embedding, as in the scaling laws)
                    n_tokens: int | float, # D, training tokens
                   ) -> float: # C in FLOPs
-    "Training compute C ≈ 6·N·D FLOPs (notes eq. 19.15; Kaplan et al. 2020). Raises `ValueError` for N or D <= 0 or NaN."
+    "Training compute C ≈ 6·N·D FLOPs (notes eq. 19.15; Kaplan et al. 2020). Raises `ValueError` naming a bad N or D."
     check_positive_number("n_params", n_params)
     check_positive_number("n_tokens", n_tokens)
     return 6.0 * n_params * n_tokens
@@ -112,9 +113,9 @@ def power_law(x, # N, D or C: a positive number or tensor (in the units of x_c)
               x_c: float, # the scale N_c, D_c or C_c
               alpha: float, # the exponent alpha_N, alpha_D or alpha_C
              ): # L = (x_c / x)^alpha, nats per token; a float for a number, a float64 tensor for a tensor
-    "Kaplan et al.'s single-variable scaling law L(x) = (x_c / x)^alpha (J&M eqs. 10.52-10.54). `ValueError` for x <= 0 or NaN."
+    "Kaplan et al.'s single-variable law L(x) = (x_c / x)^alpha (J&M eqs. 10.52-10.54); `ValueError` for x <= 0 or NaN."
     check_positive_number("x_c", x_c)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+    if not is_number(alpha) or not math.isfinite(alpha):
         raise ValueError(f"alpha={alpha!r} must be a finite number")
     loss = (x_c / _as_positive("x", x)) ** alpha
     return loss.item() if not isinstance(x, Tensor) and loss.dim() == 0 else loss
@@ -122,7 +123,7 @@ def power_law(x, # N, D or C: a positive number or tensor (in the units of x_c)
 # %% ../nbs/09_scaling.ipynb #3cfcad59
 @dataclass(frozen=True)
 class ChinchillaLaw:
-    "L(N, D) = E + A / N^alpha + B / D^beta (notes eq. 19.17; Hoffmann et al. 2022 §3.3), in nats per token. Validated (`ValueError`)."
+    "L(N, D) = E + A / N^alpha + B / D^beta (notes eq. 19.17; Hoffmann et al. 2022 §3.3), in nats per token."
     E: float  # irreducible loss, nats per token
     A: float  # coefficient of the model-size term
     B: float  # coefficient of the data term
@@ -141,7 +142,8 @@ class ChinchillaLaw:
         "The predicted loss L(N, D). Raises `ValueError` for a non-positive or NaN N or D."
         N, D = _as_positive("n_params", n_params), _as_positive("n_tokens", n_tokens)
         loss = self.E + self.A / N ** self.alpha + self.B / D ** self.beta
-        return loss.item() if loss.dim() == 0 and not isinstance(n_params, Tensor) and not isinstance(n_tokens, Tensor) else loss
+        scalar_in = not isinstance(n_params, Tensor) and not isinstance(n_tokens, Tensor)
+        return loss.item() if loss.dim() == 0 and scalar_in else loss
 
     def compute_optimal(self,
                         flops: float, # C, the training budget in FLOPs
@@ -171,8 +173,7 @@ def fit_power_law(x, # N, D or C: (n,) positive numbers, at least 2 distinct val
                   losses, # (n,) positive losses, nats per token
                  ) -> tuple[float, float]: # (x_c, alpha) with losses ≈ (x_c / x)^alpha
     """Fit Kaplan's L = (x_c / x)^alpha (J&M eqs. 10.52-10.54) by ordinary least squares of log L on log x (closed
-    form). Raises `ValueError` for non-positive, NaN or mismatched data, fewer than 2 distinct x, or a loss that does not
-    fall with x (alpha <= 0)."""
+    form). Raises `ValueError` naming the bad argument, or for a loss that does not fall with x (alpha <= 0)."""
     x, losses = _fit_data(x=x, losses=losses)
     u, y = x.log(), losses.log()  # log x, log L
     if len(u) < 2 or (u - u.mean()).abs().max() == 0:
@@ -188,13 +189,15 @@ def _huber(r: Tensor, delta: float) -> Tensor:
     "Huber loss: r²/2 for |r| <= delta, delta·(|r| - delta/2) beyond (linear, so outliers weigh less)."
     return torch.where(r.abs() <= delta, 0.5 * r ** 2, delta * (r.abs() - 0.5 * delta))
 
-CHINCHILLA_INITS = [(a, b, e, 0.5, 0.5) for a in (0.0, 10.0) for b in (0.0, 10.0) for e in (-1.0, 0.5)]  # (a, b, e, α, β)
+# (a, b, e, α, β)
+CHINCHILLA_INITS = [(a, b, e, 0.5, 0.5) for a in (0.0, 10.0) for b in (0.0, 10.0) for e in (-1.0, 0.5)]
 
 def fit_chinchilla(n_params, # (n,) N of each run, positive
                    n_tokens, # (n,) D of each run, positive
                    losses, # (n,) final losses, nats per token, positive
                    delta: float = 1e-3, # Huber threshold on log-loss residuals (Hoffmann et al.)
-                   inits = None, # starting points (a, b, e, alpha, beta) with A=e^a, B=e^b, E=e^e; default CHINCHILLA_INITS
+                   # starting points (a, b, e, alpha, beta) with A=e^a, B=e^b, E=e^e; default CHINCHILLA_INITS
+                   inits = None,
                    max_iter: int = 200, # L-BFGS iterations per start
                   ) -> ChinchillaLaw: # the best fit over all starts
     """Fit L(N, D) = E + A/N^alpha + B/D^beta (notes eq. 19.17) as Hoffmann et al. 2022 (approach 3): L-BFGS on the
@@ -223,7 +226,8 @@ def fit_chinchilla(n_params, # (n,) N of each run, positive
         with torch.no_grad(): value = objective(theta).item()
         if math.isfinite(value) and value < best_value and theta[3] > 0 and theta[4] > 0:
             best, best_value = theta.detach().clone(), value
-    if best is None: raise ValueError("no starting point converged to a law with alpha > 0 and beta > 0; try other inits")
+    if best is None:
+        raise ValueError("no starting point converged to a law with alpha > 0 and beta > 0; try other inits")
     a, b, e, alpha, beta = best.tolist()
     return ChinchillaLaw(E=math.exp(e), A=math.exp(a), B=math.exp(b), alpha=alpha, beta=beta)
 

@@ -287,7 +287,8 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
                     train_config: TrainConfig | None = None,
                     tokenizer=None, # anything with `to_dict()` (CharTokenizer, GPT2Tokenizer)
                     history: TrainHistory | None = None,
-                    generator: torch.Generator | None = None, # the batch sampler, so a resumed run draws the same batches
+                    # the batch sampler, so a resumed run draws the same batches
+                    generator: torch.Generator | None = None,
                    ) -> Path:
     """Save everything needed to resume exactly, atomically (a crash mid-save leaves the previous file intact): the
     weights, optimizer state, configs, tokenizer, history and the random states (torch's CPU generator, every CUDA

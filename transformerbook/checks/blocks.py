@@ -74,7 +74,8 @@ def _block_sublayers(seed: int = 0, d_model: int = 16, n_heads: int = 4, T: int 
     block = TransformerBlock(d_model, n_heads, norm="pre").eval()
     with torch.no_grad():
         for ln in (block.ln_1, block.ln_2):
-            ln.weight.uniform_(0.5, 1.5); ln.bias.normal_()
+            ln.weight.uniform_(0.5, 1.5)
+            ln.bias.normal_()
     mask = causal_mask(T)
     attn = lambda h: block.attn(h, mask=mask)
     x = torch.randn(2, T, d_model) * 2
@@ -116,7 +117,8 @@ def _affected_hint(affected_positions: Callable, got: Tensor, want: Tensor, x: T
     "Name the likely mistake behind a wrong answer `got` (T,) bool, probing the reader's function on simple layers."
     default = ("compare layer(x_perturbed) with layer(x) (not with the input), perturb only x[:, t], and reduce |Δ| "
                "over the batch and feature axes with a small threshold such as 1e-6.")
-    only_t = torch.zeros_like(want); only_t[t] = True
+    only_t = torch.zeros_like(want)
+    only_t[t] = True
     if torch.equal(got, only_t):
         return ("you marked only position t itself, as if no layer mixed positions. Measure it: run the layer on the "
                 "perturbed and on the original input and mark the outputs that actually change. " + default)
@@ -190,7 +192,8 @@ def _only_self(layer, x, t):
     return torch.arange(x.shape[1]) == t  # assumes nothing mixes positions
 
 def _compare_with_input(layer, x, t):
-    x2 = x.clone(); x2[:, t] += torch.randn_like(x2[:, t])
+    x2 = x.clone()
+    x2[:, t] += torch.randn_like(x2[:, t])
     with torch.no_grad(): return (layer(x2) - x).abs().amax(dim=(0, 2)) > 1e-6  # wrong baseline: the input
 
 def _perturb_everything(layer, x, t):

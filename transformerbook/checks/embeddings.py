@@ -58,7 +58,9 @@ def _sinusoidal_mistakes(T: int, d_model: int) -> dict[str, Tensor]:
     i2 = torch.arange(0, d_model, 2, dtype=torch.float32)
     ang = t / 10000 ** (i2 / d_model)
     def interleave(even, odd):
-        pe = torch.empty(T, d_model); pe[:, 0::2], pe[:, 1::2] = even, odd; return pe
+        pe = torch.empty(T, d_model)
+        pe[:, 0::2], pe[:, 1::2] = even, odd
+        return pe
     ang_i = t / 10000 ** (i2 / 2 / d_model)  # exponent i/d instead of 2i/d
     ang_1 = (t + 1) / 10000 ** (i2 / d_model)
     return {"sin and cos are swapped: even columns use sin, odd columns cos (notes eqs. 19.8-19.9).":

@@ -118,10 +118,12 @@ def check_tie_weights(tie_weights) -> None:
     reference = GPT(GPTConfig(**{**config.to_dict(), "tie_weights": True}))
     reference.load_state_dict(model.state_dict())
     ids = torch.randint(0, V, (2, 7), generator=torch.Generator().manual_seed(1))
-    model.zero_grad(); reference.zero_grad()
+    model.zero_grad()
+    reference.zero_grad()
     logits = call_learner(model, ids)
     assert_tensors_close(logits, reference(ids), "logits", hint="the tied model should compute what a tied GPT does")
-    logits.logsumexp(-1).sum().backward(); reference(ids).logsumexp(-1).sum().backward()
+    logits.logsumexp(-1).sum().backward()
+    reference(ids).logsumexp(-1).sum().backward()
     assert_tensors_close(emb.token.weight.grad, reference.embeddings.token.weight.grad, "gradient of E",
                          hint="E's gradient must add the embedding's and the head's contributions")
 
@@ -148,7 +150,8 @@ def check_lens_probs(lens_probs) -> None:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=40, context_length=16, d_model=16, n_heads=2, n_layers=2)).eval()
     with torch.no_grad():
-        model.ln_f.weight.uniform_(0.5, 2.0); model.ln_f.bias.normal_(0.0, 0.5)
+        model.ln_f.weight.uniform_(0.5, 2.0)
+        model.ln_f.bias.normal_(0.0, 0.5)
         model.embeddings.token.weight.normal_(0.0, 1.0)  # larger logits, so mistakes show clearly
     ids = torch.randint(0, 40, (2, 5))
     for layer, h in enumerate(model.residual_stream(ids)[:-1]):

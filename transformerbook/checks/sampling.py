@@ -166,7 +166,8 @@ def check_kv_cache_update(cls: type, # your class: cls() has update(k, v) -> (al
     chunks = [(torch.randn(B, H, t, Dh, generator=g), torch.randn(B, H, t, Dh, generator=g)) for t in (3, 1, 1, 2)]
     cache, ks, vs = call_learner(cls, what="cls()", hint="the cache must start empty, with no arguments."), [], []
     for step, (k, v) in enumerate(chunks):
-        ks.append(k); vs.append(v)
+        ks.append(k)
+        vs.append(v)
         out = call_learner(cache.update, k, v, what=f"update {step + 1} (k of shape {tuple(k.shape)})",
                            hint="concatenate along the sequence axis, dim=-2 of (B, H, T, Dh).")
         if not isinstance(out, tuple) or len(out) != 2:

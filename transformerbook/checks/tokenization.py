@@ -198,8 +198,12 @@ def _merge_drops_last(ids, pair, new_id):
     "Loops to len(ids) - 1 and forgets the final id when it is not merged."
     out, i = [], 0
     while i < len(ids) - 1:
-        if (ids[i], ids[i + 1]) == tuple(pair): out.append(new_id); i += 2
-        else: out.append(ids[i]); i += 1
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
     return out
 
 def _train_reference(text, vocab_size): return BasicBPETokenizer().train(text, vocab_size).merges
