@@ -48,7 +48,7 @@ def _rows_sum_to_one(w: Tensor, dim: int = -1) -> bool:
 @checker("Exercise 1.3 — attention weights softmax(q kᵀ/√d_k)")
 def check_attention_weights(fn: Callable, # your function: fn(q (..., T, d_k), k (..., S, d_k)) -> weights (..., T, S)
                            ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
-    "Check `fn(q, k)` against `attention_weights` on seeded inputs with batch and head dims; raise `AssertionError` with a hint."
+    "Check `fn(q, k)` against `attention_weights` on seeded batched inputs; raise `AssertionError` with a hint."
     q, k, _ = _inputs()
     expected = attention_weights(q, k)  # (2, 3, 5, 7)
     w = call_learner(fn, q, k, what="fn(q (2, 3, 5, 8), k (2, 3, 7, 8))",
@@ -59,10 +59,12 @@ def check_attention_weights(fn: Callable, # your function: fn(q (..., T, d_k), k
         hint = ("you returned (..., S, T): compute q @ k.transpose(-2, -1), not k @ q.transpose(-2, -1)."
                 if w.shape == expected.transpose(-2, -1).shape else
                 "transpose only the last two dims of k (k.transpose(-2, -1)); k.T would also swap the batch dims.")
-        raise AssertionError(f"weights: shape {tuple(w.shape)}, expected {tuple(expected.shape)} = (B, H, T, S). Hint: {hint}")
+        raise AssertionError(f"weights: shape {tuple(w.shape)}, expected {tuple(expected.shape)} = (B, H, T, S). "
+                             f"Hint: {hint}")
     if not _rows_sum_to_one(w):
         hint = "you normalised over the queries (dim -2); softmax must run over the keys, dim=-1." \
-            if _rows_sum_to_one(w, dim=-2) else "did you apply a softmax? Each row of weights is a probability distribution."
+            if _rows_sum_to_one(w, dim=-2) else \
+            "did you apply a softmax? Each row of weights is a probability distribution."
         sums = w.detach().sum(-1)
         raise AssertionError(f"weights: rows must sum to 1 (softmax over the S keys), but row sums range from "
                              f"{sums.min().item():.4g} to {sums.max().item():.4g}. Hint: {hint}")
@@ -84,7 +86,7 @@ def check_attention_weights(fn: Callable, # your function: fn(q (..., T, d_k), k
 
 # %% ../../nbs/checks/01_attention.ipynb #20a877e5
 def _mask_cases(seed: int = 2) -> dict[str, Tensor]:
-    "Named bool masks broadcastable to (2, 3, 5, 7): causal (with a cache offset), random per batch, one fully masked row."
+    "Bool masks broadcastable to (2, 3, 5, 7): causal (with a cache offset), random per batch, one fully masked row."
     g = torch.Generator().manual_seed(seed)
     random = torch.rand(2, 1, 5, 7, generator=g) > 0.4  # (B, 1, T, S), broadcast over heads
     random[..., 0] = True  # every row keeps at least one key
@@ -115,7 +117,8 @@ def _masked_mistakes(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> dict[str,
 @checker("Exercise 1.4 — scaled dot-product attention with a mask")
 def check_scaled_dot_product_attention(fn: Callable, # your function: fn(q, k, v, mask=None) -> (..., T, d_v)
                                       ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
-    "Check `fn(q, k, v, mask)` against `scaled_dot_product_attention` without a mask and with causal, random and fully masked rows."
+    """Check `fn(q, k, v, mask)` against `scaled_dot_product_attention` without a mask and with causal, random and
+    fully masked rows."""
     q, k, v = _inputs()
     out = call_learner(fn, q, k, v, what="fn(q, k, v) without a mask",
                        hint="mask must default to None, and the code must skip masking when it is None.")
@@ -124,7 +127,8 @@ def check_scaled_dot_product_attention(fn: Callable, # your function: fn(q, k, v
     for name, mask in _mask_cases().items():
         expected = scaled_dot_product_attention(q, k, v, mask)
         out = call_learner(fn, q, k, v, mask, what=f"fn(q, k, v, mask) with the {name} mask {tuple(mask.shape)}",
-                           hint="the bool mask broadcasts against the (B, H, T, S) scores: scores.masked_fill(~mask, ...).")
+                           hint="the bool mask broadcasts against the (B, H, T, S) scores: "
+                                "scores.masked_fill(~mask, ...).")
         if not isinstance(out, Tensor):
             raise AssertionError(f"output with the {name} mask: expected a torch.Tensor, got {type(out).__name__}.")
         if out.shape == expected.shape and torch.isnan(out).any():
@@ -149,14 +153,16 @@ def equivariance_gap(attend: Callable, # maps x (..., T, D) to (..., T, D_out), 
                      x: Tensor, # (..., T, D) float inputs
                      perm: Tensor, # (T,) int64, a permutation of range(T)
                     ) -> float: # max |attend(x[..., perm, :]) - attend(x)[..., perm, :]|; 0 if attend is equivariant
-    "How far `attend` is from permutation equivariance on one input: permute then attend vs attend then permute (notes 19.4(a))."
+    """How far `attend` is from permutation equivariance on one input: permute then attend vs attend then permute
+    (notes 19.4(a))."""
     permute_then_attend = attend(x[..., perm, :])  # (..., T, D_out)
     attend_then_permute = attend(x)[..., perm, :]  # (..., T, D_out)
     return (permute_then_attend - attend_then_permute).abs().max().item()
 
 # %% ../../nbs/checks/01_attention.ipynb #f59e54b5
 def _attenders(seed: int = 3, D: int = 6) -> dict[str, Callable]:
-    "Seeded self-attention functions of x (..., T, D): plain (equivariant), causal, with positions added, and the last two negated."
+    """Seeded self-attention functions of x (..., T, D): plain (equivariant), causal, with positions added, and the
+    last two negated."""
     g = torch.Generator().manual_seed(seed)
     W_q, W_k, W_v = (torch.randn(D, D, generator=g, dtype=torch.float64) / math.sqrt(D) for _ in range(3))
     pos = torch.randn(16, D, generator=g, dtype=torch.float64)  # a position vector for each of up to 16 positions
@@ -193,7 +199,8 @@ def _gap_mistakes(attend: Callable, x: Tensor, perm: Tensor) -> dict[str, float]
 @checker("Exercise 1.5 — permutation-equivariance gap")
 def check_equivariance_gap(fn: Callable, # your function: fn(attend, x (..., T, D), perm (T,)) -> float
                           ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
-    "Check `fn(attend, x, perm)` against `equivariance_gap` for equivariant and non-equivariant `attend`s, batched inputs, several perms."
+    """Check `fn(attend, x, perm)` against `equivariance_gap` for equivariant and non-equivariant `attend`s, batched
+    inputs, several perms."""
     g = torch.Generator().manual_seed(4)
     x = torch.randn(2, 6, 6, generator=g, dtype=torch.float64)  # (B, T, D)
     perms = [torch.tensor([1, 0, 2, 3, 4, 5]), torch.tensor([5, 3, 1, 0, 4, 2]), torch.randperm(6, generator=g)]
@@ -201,12 +208,14 @@ def check_equivariance_gap(fn: Callable, # your function: fn(attend, x (..., T, 
         for perm in perms:
             expected = equivariance_gap(attend, x, perm)
             got = call_learner(fn, attend, x, perm, what=f"fn(attend, x {tuple(x.shape)}, perm={perm.tolist()})",
-                               hint="permute the positions with x[..., perm, :] (dim -2), which works for any batch dims.")
+                               hint="permute the positions with x[..., perm, :] (dim -2), which works for any "
+                                    "batch dims.")
             try:
                 got = float(got)
             except (TypeError, ValueError, RuntimeError):
                 raise AssertionError(f"gap for the {name} attention: expected a number (float or 0-d tensor), got "
-                                     f"{type(got).__name__} {getattr(got, 'shape', '')}. Hint: reduce with .abs().max().") from None
+                                     f"{type(got).__name__} {getattr(got, 'shape', '')}. "
+                                     "Hint: reduce with .abs().max().") from None
             if abs(got - expected) > 1e-6 * max(1.0, expected):
                 hint = next((h for h, wrong in _gap_mistakes(attend, x, perm).items()
                              if abs(got - wrong) <= 1e-9 * max(1.0, abs(wrong))), None)
@@ -215,7 +224,8 @@ def check_equivariance_gap(fn: Callable, # your function: fn(attend, x (..., T, 
                             "attend(x[..., perm, :]) with attend(x)[..., perm, :]: permute the positions (dim -2), "
                             "with the same perm (not its inverse), on both sides.")
                 elif hint is None:
-                    hint = "compare the two results element by element at the same positions and report the max |difference|."
+                    hint = ("compare the two results element by element at the same positions and report the max "
+                            "|difference|.")
                 raise AssertionError(f"gap for the {name} attention with perm={perm.tolist()}: yours {got:.6g}, "
                                      f"expected {expected:.6g}. Hint: {hint}")
 
@@ -272,7 +282,8 @@ META_CASES = [
     MetaCase(check_attention_weights, attention_weights,
              wrong={"missing 1/sqrt(d_k)": _weights_unscaled, "softmax over the wrong axis": _weights_wrong_axis,
                     "no softmax": _weights_no_softmax, "divides by d_k": _weights_divide_by_d_k},
-             hints={"missing 1/sqrt(d_k)": "without scaling", "softmax over the wrong axis": "normalised over the queries",
+             hints={"missing 1/sqrt(d_k)": "without scaling",
+                    "softmax over the wrong axis": "normalised over the queries",
                     "no softmax": "did you apply a softmax", "divides by d_k": "not by d_k"}),
     MetaCase(check_scaled_dot_product_attention, scaled_dot_product_attention,
              wrong={"mask polarity flipped": _sdpa_flipped_mask, "mask ignored": _sdpa_ignores_mask,
@@ -287,7 +298,8 @@ META_CASES = [
              wrong={"output not permuted": _gap_no_output_permutation, "inverse permutation": _gap_inverse_permutation,
                     "mean instead of max": _gap_mean, "features permuted": _gap_feature_axis,
                     "signed max (no .abs())": _gap_signed},
-             hints={"output not permuted": "permute the second output too", "inverse permutation": "inverse permutation",
+             hints={"output not permuted": "permute the second output too",
+                    "inverse permutation": "inverse permutation",
                     "mean instead of max": "averaged the differences", "features permuted": "permuted the features",
                     "signed max (no .abs())": "signed max"}),
 ]

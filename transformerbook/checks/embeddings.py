@@ -35,7 +35,8 @@ def _one_hot_ref(token_ids, E):
 @checker("Exercise 5.1 — token embeddings as one-hot × E")
 def check_one_hot_embedding(embed: Callable, # embed(token_ids (B, T) int64, E (V, D)) -> (B, T, D)
                            ) -> None:
-    "Check the reader's one-hot × E (J&M Figs. 10.10-10.11) against row selection `E[token_ids]`; gradients must reach E."
+    """Check the reader's one-hot × E (J&M Figs. 10.10-10.11) against row selection `E[token_ids]`; gradients must
+    reach E."""
     g = torch.Generator().manual_seed(0)
     V, D = 11, 4
     E = torch.randn(V, D, generator=g, requires_grad=True)
@@ -46,11 +47,13 @@ def check_one_hot_embedding(embed: Callable, # embed(token_ids (B, T) int64, E (
                         F.one_hot(token_ids, V).float(),
                     "off by one: token id i selects row i of E (ids count from 0).":
                         E[(token_ids + 1) % V]}
-    hint = diagnose(out, mistakes, "build F.one_hot(token_ids, num_classes=V).float() (B, T, V) and multiply by E (V, D).")
+    hint = diagnose(out, mistakes,
+                    "build F.one_hot(token_ids, num_classes=V).float() (B, T, V) and multiply by E (V, D).")
     assert_tensors_close(out, E.detach()[token_ids], "embed(token_ids, E), (2, 4, 4)", hint=hint)
     if not out.requires_grad:
         raise AssertionError("the result does not depend on E through autograd (requires_grad is False): "
-                             "the embedding matrix could not be trained. Hint: compute it from E, don't detach or copy.")
+                             "the embedding matrix could not be trained. Hint: compute it from E, don't detach or "
+                             "copy.")
 
 # %% ../../nbs/checks/05_embeddings.ipynb #82b82fc1
 def _sinusoidal_mistakes(T: int, d_model: int) -> dict[str, Tensor]:
@@ -80,7 +83,8 @@ def check_sinusoidal_encoding(encode: Callable, # encode(T, d_model) -> (T, d_mo
     for T, d_model in ((12, 8), (5, 16)):
         out = call_learner(encode, T, d_model, what="encode")
         hint = diagnose(out, _sinusoidal_mistakes(T, d_model),
-                         "PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(t / 10000^(2i/d)), t = 0..T-1.", atol=1e-4)
+                         "PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(t / 10000^(2i/d)), t = 0..T-1.",
+                         atol=1e-4)
         assert_tensors_close(out, sinusoidal_positional_encoding(T, d_model), f"encode({T}, {d_model})",
                              atol=1e-4, hint=hint)
 
@@ -115,13 +119,14 @@ def check_rotation_matrix(rotation: Callable, # rotation(k, d_model) -> (d_model
 @checker("Exercise 5.4 — cosine similarity")
 def check_cosine_similarity(cos_sim: Callable, # cos_sim(u (..., D), v (..., D)) -> (...,)
                            ) -> None:
-    "Compare the reader's cosine similarity (6.390 eq. 11.1) with `torch.nn.functional.cosine_similarity` and its range."
+    "Compare the reader's cosine similarity (6.390 eq. 11.1) with `F.cosine_similarity`, and its range."
     g = torch.Generator().manual_seed(0)
     u, v = torch.randn(5, 6, generator=g) * 3, torch.randn(5, 6, generator=g)
     out = call_learner(cos_sim, u, v, what="cos_sim")
     mistakes = {"this is the plain dot product uᵀv; divide by |u| |v| (6.390 eq. 11.1).": (u * v).sum(-1),
                 "only one length is divided out; divide by both |u| and |v|.": (u * v).sum(-1) / u.norm(dim=-1),
-                "this is the cosine *distance* 1 - cos; return the cosine itself.": 1 - F.cosine_similarity(u, v, dim=-1)}
+                "this is the cosine *distance* 1 - cos; return the cosine itself.":
+                    1 - F.cosine_similarity(u, v, dim=-1)}
     hint = diagnose(out, mistakes, "sum u*v over the last axis and divide by u.norm(dim=-1) * v.norm(dim=-1).")
     assert_tensors_close(out, F.cosine_similarity(u, v, dim=-1), "cos_sim(u, v) for u, v (5, 6)", hint=hint)
     same = call_learner(cos_sim, u, 2 * u, what="cos_sim")
@@ -157,10 +162,12 @@ META_CASES = [
     MetaCase(check_sinusoidal_encoding, reference=sinusoidal_positional_encoding,
              wrong={"sin/cos swapped": _sin_cos_swapped, "wrong frequency exponent": _wrong_exponent,
                     "positions start at 1": _starts_at_one},
-             hints={"sin/cos swapped": "sin and cos are swapped", "wrong frequency exponent": "frequency exponent is wrong",
+             hints={"sin/cos swapped": "sin and cos are swapped",
+                    "wrong frequency exponent": "frequency exponent is wrong",
                     "positions start at 1": "positions start at 0"}),
     MetaCase(check_rotation_matrix, reference=position_rotation_matrix,
-             wrong={"rotates the wrong way": _rotation_transposed, "one frequency for every block": _rotation_one_frequency,
+             wrong={"rotates the wrong way": _rotation_transposed,
+                    "one frequency for every block": _rotation_one_frequency,
                     "identity": lambda k, d: torch.eye(d)},
              hints={"rotates the wrong way": "rotates the wrong way", "one frequency for every block": "same angle k",
                     "identity": "M_k is the identity"}),

@@ -97,7 +97,8 @@ def check_combine_masks(fn, # fn(causal (T, S), key_padding (B, S)) -> (B, 1, T,
         ref = combine_masks(causal, key_padding)
         out = call_learner(fn, causal, key_padding,
                            what=f"fn(causal {tuple(causal.shape)}, key_padding {tuple(key_padding.shape)})",
-                           hint="broadcast causal to (1, 1, T, S) and key_padding to (B, 1, 1, S), then combine with &.")
+                           hint="broadcast causal to (1, 1, T, S) and key_padding to (B, 1, 1, S), then combine "
+                                "with &.")
         if isinstance(out, Tensor) and out.shape == (len(lengths), T, S):
             raise AssertionError(f"fn(causal {tuple(causal.shape)}, key_padding {tuple(key_padding.shape)}) returned "
                                  f"shape {tuple(out.shape)} = (B, T, S): the head axis is missing. Hint: the mask must "
@@ -112,9 +113,10 @@ def check_combine_masks(fn, # fn(causal (T, S), key_padding (B, S)) -> (B, 1, T,
 
 # %% ../../nbs/checks/02_masking.ipynb #83be4eff
 @checker("Exercise 2.5 — masked attention without NaN")
-def check_masked_attention(fn, # fn(q (..., T, d_k), k (..., S, d_k), v (..., S, d_v), mask (..., T, S) bool) -> (..., T, d_v)
+def check_masked_attention(fn, # fn(q, k, v, mask) -> (..., T, d_v); mask (..., T, S) bool, True = may attend
                           ) -> None:
-    "Check `fn(q, k, v, mask)` against the book's attention, including queries whose every key is masked."
+    """Check `fn(q, k, v, mask)`, with q (..., T, d_k), k (..., S, d_k), v (..., S, d_v), against the book's attention,
+    including queries whose every key is masked."""
     g = torch.Generator().manual_seed(0)
     B, H, T, d_k, d_v = 2, 3, 5, 8, 4
     q, k = torch.randn(B, H, T, d_k, generator=g), torch.randn(B, H, T, d_k, generator=g)
@@ -126,7 +128,8 @@ def check_masked_attention(fn, # fn(q (..., T, d_k), k (..., S, d_k), v (..., S,
     for what, m in cases.items():
         ref = scaled_dot_product_attention(q, k, v, m)
         out = call_learner(fn, q, k, v, m, what=f"fn(q, k, v, mask) with {what} {tuple(m.shape)}",
-                           hint="the bool mask broadcasts against the (B, H, T, S) scores: scores.masked_fill(~mask, ...).")
+                           hint="the bool mask broadcasts against the (B, H, T, S) scores: "
+                                "scores.masked_fill(~mask, ...).")
         if isinstance(out, Tensor) and out.shape == ref.shape and torch.isnan(out).any():
             rows = torch.nonzero(torch.isnan(out).any(-1)).tolist()
             raise AssertionError(f"with {what}: your output has NaN in rows (b, h, t) = {rows[:3]}..., where the mask "
@@ -193,7 +196,8 @@ META_CASES = [
              hints={"upper triangle": "upper triangle", "diagonal missing": "diagonal is missing",
                     "flipped polarity": "polarity is flipped", "int dtype": "expected torch.bool"}),
     MetaCase(check_padding_mask, _padding_reference,
-             wrong={"flipped polarity": _padding_flipped, "off by one": _padding_off_by_one, "left padding": _padding_left},
+             wrong={"flipped polarity": _padding_flipped, "off by one": _padding_off_by_one,
+                    "left padding": _padding_left},
              hints={"flipped polarity": "polarity is flipped", "off by one": "off by one",
                     "left padding": "padding is on the left"}),
     MetaCase(check_combine_masks, _combine_reference,
