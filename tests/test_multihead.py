@@ -188,7 +188,7 @@ def test_bad_construction(kwargs, error, text):
     (lambda m, x: m(x, mask=causal_mask(5).float()), TypeError, "torch.float32"),
     (lambda m, x: m(x, mask=causal_mask(4)), ValueError, "mask of shape (4, 4) does not broadcast"),
     (lambda m, x: m(x, mask=make_padding_mask([5, 5, 5], 5)[:, None, None]), ValueError, "does not broadcast"),
-    (lambda m, x: m(x, mask=[[True] * 5] * 5), TypeError, "mask must be a torch.Tensor"),
+    (lambda m, x: m(x, mask=[[True] * 5] * 5), TypeError, "mask must be a bool tensor (dtype torch.bool"),
 ])
 def test_bad_forward_input(fused, make_call, error, text):
     mha = MultiHeadAttention(16, 4, fused=fused)
