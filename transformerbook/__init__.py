@@ -23,6 +23,7 @@ Modules:
 - `transformerbook.masking`: Causal masks for language modelling, padding masks for batches, and how to combine them (J&M 10.1.5).
 - `transformerbook.moe`: Replace the feed-forward network with many expert networks and a router that sends each token to only a few of them: more parameters at the same compute per token (notes 19.6; Shazeer et al. 2017; Fedus et al. 2021; Jiang et al. 2024).
 - `transformerbook.multihead`: Several attention heads side by side, each with its own projections, concatenated and mixed by W_O (J&M 10.2).
+- `transformerbook.pretrained`: Hugging Face GPT-2 checkpoints in the book's GPT: the configuration map, the tensor map, and reading a checkpoint folder.
 - `transformerbook.sampling`: Decoding methods (greedy, random, top-k, top-p, temperature), a batched `generate` with a KV cache, and language models as task solvers (J&M 10.7–10.8).
 - `transformerbook.scaling`: How loss falls with parameters, data and compute: counting N and FLOPs exactly, Kaplan's and Chinchilla's power laws, compute-optimal allocation, and fitting the laws from scratch (J&M 10.9.3; notes 19.5).
 - `transformerbook.tokenization`: From words and characters to byte-pair encoding: how text becomes token ids (notes 19.2.1; CS182 tokenization).
