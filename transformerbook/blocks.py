@@ -69,16 +69,18 @@ class RMSNorm(nn.Module):
     """Root-mean-square layer normalization (Zhang & Sennrich 2019 eq. 4): y = γ ⊙ x / sqrt(mean(x²) + ε).
 
     LayerNorm without the mean subtraction and without β: it rescales each vector to unit RMS and leaves its direction
-    alone. Matches `torch.nn.RMSNorm(d_model, eps)` and Hugging Face's `LlamaRMSNorm`. Raises `ValueError` for a
+    alone. Matches `torch.nn.RMSNorm(d_model, eps)` and Hugging Face's `LlamaRMSNorm`; `fused=True` computes the same
+    function with torch's single-kernel `F.rms_norm`. Raises `ValueError` for a
     non-positive d_model, a negative ε or an x whose last dimension is not d_model, `TypeError` for a non-float x."""
     def __init__(self, d_model: int, # size of the normalized (last) dimension
                  eps: float = 1e-6, # ε inside the square root (Llama 2/3: 1e-5 or 1e-6, Qwen3: 1e-6)
+                 fused: bool = False, # use torch's fused `F.rms_norm` (same maths) instead of the code below
                 ):
         super().__init__()
         if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
             raise ValueError(f"d_model={d_model!r} must be a positive int")
         if eps < 0: raise ValueError(f"eps={eps} must be >= 0")
-        self.d_model, self.eps = d_model, eps
+        self.d_model, self.eps, self.fused = d_model, eps, fused
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
 
     def forward(self, x: Tensor, # (..., d_model) float
@@ -89,6 +91,7 @@ class RMSNorm(nn.Module):
                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
         if x.shape[-1] != self.d_model:
             raise ValueError(f"last dimension of x must be d_model={self.d_model}, got shape {tuple(x.shape)}")
+        if self.fused and x.dtype == self.weight.dtype: return F.rms_norm(x, (self.d_model,), self.weight, self.eps)
         rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
         return x / rms * self.weight  # (..., D)
 
@@ -102,7 +105,8 @@ def make_norm(normalization: str, # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm
              ) -> nn.Module:
     "A `LayerNorm` or an `RMSNorm` of width d_model; `ValueError` naming an unknown normalization."
     if normalization not in NORMS: raise ValueError(f"normalization={normalization!r} is not one of {list(NORMS)}")
-    return LayerNorm(d_model, eps=eps, bias=bias, fused=fused) if normalization == "layer" else RMSNorm(d_model, eps=eps)
+    if normalization == "layer": return LayerNorm(d_model, eps=eps, bias=bias, fused=fused)
+    return RMSNorm(d_model, eps=eps, fused=fused)
 
 # %% ../nbs/04_blocks.ipynb #a9ba0623
 ACTIVATIONS = {

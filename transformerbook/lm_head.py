@@ -184,7 +184,10 @@ class GPT(nn.Module):
         B, T, past = self._check_inputs(token_ids, padding_mask, position_ids, kv_cache)
         if position_ids is None:
             position_ids = torch.arange(past, past + T, device=token_ids.device)  # (T,)
-        mask = combine_masks(causal_mask(T, past + T, device=token_ids.device), padding_mask)  # (T, S) or (B, 1, T, S)
+        if T == 1 and padding_mask is None:  # one new token may attend to every position so far: nothing to mask
+            mask = None
+        else:
+            mask = combine_masks(causal_mask(T, past + T, device=token_ids.device), padding_mask)  # (T, S) or (B, 1, T, S)
         x = self.embeddings(token_ids, position_ids)  # (B, T, D); checks the ids and positions
         rotate = None if self.rotary is None else (lambda q, k: self.rotary(q, k, position_ids))
         states = [x]

@@ -80,6 +80,8 @@ class KVCache:
         return sum(t.numel() * t.element_size() for l in self.layers for t in (l.k, l.v) if t is not None)
 
 # %% ../nbs/03_multihead.ipynb #083bff9c
+_SDPA_GQA = torch.__version__ >= "2.5"  # scaled_dot_product_attention(enable_gqa=True) exists from torch 2.5
+
 def _autocast_enabled(device_type: str) -> bool:
     "Is torch.autocast on for this device type? (The one-argument form is newer than some torch versions we support.)"
     try: return torch.is_autocast_enabled(device_type)
@@ -173,12 +175,13 @@ class MultiHeadAttention(nn.Module):
             q, k = rotate(q, k)  # positions enter here, as rotations (chapter 5)
         if layer_cache is not None:
             k, v = layer_cache.update(k, v)  # (B, KV, S, Dh), S = cached + T: the cache holds KV heads, not H
-        if self.n_kv_heads != self.n_heads:  # each key/value head serves H / KV consecutive query heads
+        grouped = self.n_kv_heads != self.n_heads
+        if grouped and not (self.fused and _SDPA_GQA):  # each key/value head serves H / KV consecutive query heads
             k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (B, KV, S, Dh) -> (B, H, S, Dh)
             v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
-        if self.fused:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                 dropout_p=self.dropout if self.training else 0.0)
+        if self.fused:  # torch's kernel; with GQA it reads each key/value head for its query heads without copying
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+                                                 **({"enable_gqa": True} if grouped and _SDPA_GQA else {}))
             if mask is not None:  # a query with no allowed key outputs 0 (torch >= 2.5 does so too; older gave NaN)
                 out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         else:
