@@ -1,23 +1,30 @@
-"""Generation speed: the KV cache's speed-up, and tokens/s against Hugging Face `GPT2LMHeadModel.generate`.
+"""Generation speed: the KV cache's speed-up, and tokens/s against Hugging Face `generate`, for a GPT-2-style and a
+Llama-style model.
 
-A small random GPT-2-shaped model (4 layers, d_model 128, context 1024, GPT-2's vocabulary) is built in Hugging Face,
-saved, and loaded into the book's `GPT` with `GPT.from_pretrained`, so both libraries run the same weights. Greedy
-decoding is timed for 64, 256 and 512 new tokens after a 16-token prompt; every result is printed as a ratio of two
-measurements taken in this run (absolute numbers depend on the machine and its load). Not a test.
+Each small random model (4 layers, d_model 128, context 1024) is built in Hugging Face (`GPT2LMHeadModel` with GPT-2's
+vocabulary; `LlamaForCausalLM` with 4 query heads, 2 key/value heads, SwiGLU, RMSNorm and rotary positions, vocabulary
+32,000), saved, and loaded into the book's `GPT` with `GPT.from_pretrained` / `modern.from_pretrained_llama`, so both
+libraries run the same weights. "ours" is that model as loaded (the book's own attention and LayerNorm code); "ours,
+fused" is the same weights with `fused=True` (torch's attention and LayerNorm kernels), which is what inference should
+use. Greedy decoding is timed for 64, 256 and 512 new tokens after a 16-token prompt; every result is printed as a
+ratio of two measurements taken in this run (absolute numbers depend on the machine and its load). Not a test.
 
-    .venv/bin/python bench/bench_generate.py [--threads N] [--repeats R]
+    .venv/bin/python bench/bench_generate.py [--threads N] [--repeats R] [--models gpt2 llama] [--profile]
 """
 from __future__ import annotations
 
 import argparse
 import tempfile
 import time
+from dataclasses import replace
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
 
 from transformerbook.lm_head import GPT
-from transformerbook.sampling import generate
+from transformerbook.modern import from_pretrained_llama
+from transformerbook.sampling import generate, kv_cache_bytes
 
 NEW_TOKENS = (64, 256, 512)
 
@@ -32,43 +39,70 @@ def best_time(fn, repeats: int) -> float:
     return min(times)
 
 
-def build_models(seed: int = 0) -> tuple[GPT2LMHeadModel, GPT]:
-    "A random HF GPT-2 (4 layers, 4 heads, d_model 128) and the book's GPT loaded from its saved folder."
+def build_models(kind: str, seed: int = 0) -> tuple[torch.nn.Module, GPT, GPT]:
+    "A random HF model, the book's GPT loaded from its saved folder, and the same weights with fused kernels."
     torch.manual_seed(seed)
-    hf_cfg = GPT2Config(n_layer=4, n_head=4, n_embd=128, n_positions=1024, vocab_size=50257,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    hf = GPT2LMHeadModel(hf_cfg).eval()
+    if kind == "gpt2":
+        hf = GPT2LMHeadModel(GPT2Config(n_layer=4, n_head=4, n_embd=128, n_positions=1024, vocab_size=50257,
+                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    else:
+        hf = LlamaForCausalLM(LlamaConfig(vocab_size=32000, hidden_size=128, intermediate_size=352, num_hidden_layers=4,
+                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024))
+    hf.eval()
     with tempfile.TemporaryDirectory() as folder:
         hf.save_pretrained(folder)
-        ours = GPT.from_pretrained(folder, local_files_only=True).eval()
-    return hf, ours
+        ours = (GPT.from_pretrained(folder, local_files_only=True) if kind == "gpt2"
+                else from_pretrained_llama(folder, local_files_only=True)).eval()
+    fused = GPT(replace(ours.config, fused=True)).eval()
+    fused.load_state_dict(ours.state_dict())
+    return hf, ours, fused
+
+
+def kv_bytes_check(model: GPT) -> str:
+    "KV-cache bytes per token measured on the model after 16 tokens, against the formula."
+    from transformerbook.multihead import KVCache
+    cache = KVCache(model.config.n_layers)
+    with torch.no_grad(): model(torch.zeros(1, 16, dtype=torch.long), kv_cache=cache)
+    measured, formula = cache.n_bytes // 16, kv_cache_bytes(model.config, 1)
+    assert measured == formula, (measured, formula)
+    return f"KV cache {measured:,} bytes/token measured = {formula:,} by the formula"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for a model this small)")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per measurement; the best is kept")
+    parser.add_argument("--models", nargs="+", default=["gpt2", "llama"], choices=["gpt2", "llama"])
+    parser.add_argument("--profile", action="store_true", help="print torch.profiler's top operators for 64 tokens")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    hf, ours = build_models()
-    prompt = torch.randint(0, 50257, (1, 16), generator=torch.Generator().manual_seed(1))
-    print(f"model: 4 layers, d_model 128, vocab 50257, {ours.n_params():,} parameters; prompt 16 tokens; greedy; "
-          f"{args.threads} thread(s), best of {args.repeats}")
-    print(f"{'new tokens':>10} | {'ours cached tok/s':>17} | {'cache speed-up':>14} | {'HF tok/s':>9} | "
-          f"{'ours / HF':>9} | same tokens")
-    for n in NEW_TOKENS:
-        with torch.no_grad():
-            out_cached = generate(ours, prompt, n, temperature=0)
-            out_hf = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
-                                 do_sample=False, use_cache=True, pad_token_id=0)
-        t_cached = best_time(lambda: generate(ours, prompt, n, temperature=0, use_kv_cache=True), args.repeats)
-        t_plain = best_time(lambda: generate(ours, prompt, n, temperature=0, use_kv_cache=False), args.repeats)
-        t_hf = best_time(lambda: hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
-                                             min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0),
-                         args.repeats)
-        same = torch.equal(out_cached, out_hf)
-        print(f"{n:>10} | {n / t_cached:>17.0f} | {t_plain / t_cached:>13.1f}x | {n / t_hf:>9.0f} | "
-              f"{t_hf / t_cached:>8.2f}x | {same}")
+    hf_logging.set_verbosity_error(); hf_logging.disable_progress_bar()
+    for kind in args.models:
+        hf, ours, fused = build_models(kind)
+        V = ours.config.vocab_size
+        prompt = torch.randint(0, V, (1, 16), generator=torch.Generator().manual_seed(1))
+        hf_gen = lambda n: hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
+                                       min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0)
+        print(f"\n{kind}-style: 4 layers, d_model 128, vocab {V:,}, {ours.n_params():,} parameters; prompt 16 tokens; "
+              f"greedy; {args.threads} thread(s), best of {args.repeats}; {kv_bytes_check(ours)}")
+        if args.profile:
+            from torch.profiler import ProfilerActivity, profile
+            for name, fn in (("ours, fused", lambda: generate(fused, prompt, 64, temperature=0)),
+                             ("HF", lambda: hf_gen(64))):
+                with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof: fn()
+                print(f"--- profile: {name}, 64 tokens"); print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+        print(f"{'new tokens':>10} | {'ours tok/s':>10} | {'fused tok/s':>11} | {'cache speed-up':>14} | {'HF tok/s':>9} | "
+              f"{'ours / HF':>9} | {'fused / HF':>10} | same tokens")
+        for n in NEW_TOKENS:
+            with torch.no_grad():
+                same = torch.equal(generate(ours, prompt, n, temperature=0), hf_gen(n)) and \
+                       torch.equal(generate(fused, prompt, n, temperature=0), hf_gen(n))
+            t_ours = best_time(lambda: generate(ours, prompt, n, temperature=0), args.repeats)
+            t_fused = best_time(lambda: generate(fused, prompt, n, temperature=0), args.repeats)
+            t_plain = best_time(lambda: generate(ours, prompt, n, temperature=0, use_kv_cache=False), args.repeats)
+            t_hf = best_time(lambda: hf_gen(n), args.repeats)
+            print(f"{n:>10} | {n / t_ours:>10.0f} | {n / t_fused:>11.0f} | {t_plain / t_ours:>13.1f}x | {n / t_hf:>9.0f} | "
+                  f"{t_hf / t_ours:>8.2f}x | {t_hf / t_fused:>9.2f}x | {same}")
 
 
 if __name__ == "__main__":

@@ -231,8 +231,8 @@ def test_kv_cache_through_a_block_matches_full_pass(norm, fused):
     x = torch.randn(2, T, 16)
     full = block(x, mask=causal_mask(T))
     cache = LayerKVCache()
-    prefix = block(x[:, :2], mask=causal_mask(2), kv_cache=cache)  # a 2-token prompt, then one token at a time
-    steps = [block(x[:, t:t + 1], mask=causal_mask(1, t + 1), kv_cache=cache) for t in range(2, T)]
+    prefix = block(x[:, :2], mask=causal_mask(2), layer_cache=cache)  # a 2-token prompt, then one token at a time
+    steps = [block(x[:, t:t + 1], mask=causal_mask(1, t + 1), layer_cache=cache) for t in range(2, T)]
     torch.testing.assert_close(torch.cat([prefix, *steps], dim=1), full, atol=1e-5, rtol=1e-4)
     assert len(cache) == T
 
@@ -306,9 +306,9 @@ def test_layer_norm_rejects_non_float_input(dtype):
 
 def test_block_with_cache_of_another_batch_raises_value_error():
     block, cache = TransformerBlock(16, 4), LayerKVCache()
-    block(torch.randn(2, 3, 16), mask=causal_mask(3), kv_cache=cache)
+    block(torch.randn(2, 3, 16), mask=causal_mask(3), layer_cache=cache)
     with pytest.raises(ValueError, match=r"cache holds \(B, H, S, Dh\) = \(2, 4, 3, 4\)"):
-        block(torch.randn(3, 1, 16), mask=causal_mask(1, 4), kv_cache=cache)
+        block(torch.randn(3, 1, 16), mask=causal_mask(1, 4), layer_cache=cache)
     assert len(cache) == 3
 
 

@@ -15,6 +15,7 @@ from transformers.utils import logging as hf_logging
 from transformerbook.lm_head import GPT, GPTConfig, approx_non_embedding_params, logit_lens
 from transformerbook.masking import make_padding_mask
 from transformerbook.multihead import KVCache
+from transformerbook.pretrained import load_hf_state_dict
 
 hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()
@@ -130,7 +131,7 @@ def test_weight_shape_mismatch_names_the_tensor(name, shape):
     sd = hf.state_dict() | {name: torch.zeros(shape)}
     short = name.removeprefix("transformer.")
     with pytest.raises(ValueError, match=rf"{short} has shape \({shape[0]},"):
-        GPT(GPTConfig.from_hf(hf.config)).load_hf_state_dict(sd)
+        load_hf_state_dict(GPT(GPTConfig.from_hf(hf.config)), sd)
 
 
 def test_missing_and_surplus_tensors():
@@ -138,14 +139,14 @@ def test_missing_and_surplus_tensors():
     model = GPT(GPTConfig.from_hf(hf.config))
     sd = hf.state_dict()
     with pytest.raises(ValueError, match="no tensor 'h.1.ln_2.bias'"):
-        model.load_hf_state_dict({k: v for k, v in sd.items() if k != "transformer.h.1.ln_2.bias"})
+        load_hf_state_dict(model, {k: v for k, v in sd.items() if k != "transformer.h.1.ln_2.bias"})
     with pytest.raises(ValueError, match="does not use: \\['h.9.mlp.c_fc.weight'\\]"):
-        model.load_hf_state_dict(sd | {"transformer.h.9.mlp.c_fc.weight": torch.zeros(1)})
+        load_hf_state_dict(model, sd | {"transformer.h.9.mlp.c_fc.weight": torch.zeros(1)})
     untied = sd | {"lm_head.weight": torch.zeros_like(sd["lm_head.weight"])}
     with pytest.raises(ValueError, match="lm_head.weight differs from wte.weight"):
-        model.load_hf_state_dict(untied)
+        load_hf_state_dict(model, untied)
     with pytest.raises(ValueError, match="norm='pre'"):
-        GPT(GPTConfig(**{**GPTConfig.from_hf(hf.config).to_dict(), "norm": "post"})).load_hf_state_dict(sd)
+        load_hf_state_dict(GPT(GPTConfig(**{**GPTConfig.from_hf(hf.config).to_dict(), "norm": "post"})), sd)
 
 
 def test_state_dict_without_prefix_and_with_old_buffers():
@@ -154,7 +155,7 @@ def test_state_dict_without_prefix_and_with_old_buffers():
     sd = {k.removeprefix("transformer."): v for k, v in hf.state_dict().items() if k != "lm_head.weight"}
     sd |= {f"h.{i}.attn.bias": torch.ones(1, 1, 32, 32) for i in range(2)}
     sd |= {f"h.{i}.attn.masked_bias": torch.tensor(-1e4) for i in range(2)}
-    model = GPT(GPTConfig.from_hf(hf.config)).load_hf_state_dict(sd).eval()
+    model = load_hf_state_dict(GPT(GPTConfig.from_hf(hf.config)), sd).eval()
     ids = torch.randint(0, 97, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)

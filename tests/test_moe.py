@@ -11,7 +11,8 @@ from torch import nn
 from transformerbook.blocks import FeedForward, TransformerBlock
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.masking import causal_mask
-from transformerbook.moe import (MoEFeedForward, SwiGLUFeedForward, TopKRouter, collect_router_logits,
+from transformerbook.blocks import SwiGLUFeedForward
+from transformerbook.moe import (MoEFeedForward, TopKRouter, collect_router_logits,
                                  copy_from_mixtral, copy_to_mixtral, expert_usage, load_balancing_loss, make_expert,
                                  moe_param_counts, use_moe)
 

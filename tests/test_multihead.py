@@ -121,8 +121,8 @@ def test_kv_cache_equals_full_pass(D, H, T, B):
     full = mha(x, mask=causal_mask(T))
     cache = LayerKVCache()
     first = max(1, T // 2)  # a prompt of several tokens, then one token at a time
-    outs = [mha(x[:, :first], mask=causal_mask(first), kv_cache=cache)]
-    outs += [mha(x[:, t:t + 1], mask=causal_mask(1, t + 1), kv_cache=cache) for t in range(first, T)]
+    outs = [mha(x[:, :first], mask=causal_mask(first), layer_cache=cache)]
+    outs += [mha(x[:, t:t + 1], mask=causal_mask(1, t + 1), layer_cache=cache) for t in range(first, T)]
     torch.testing.assert_close(torch.cat(outs, 1), full)
     assert len(cache) == T
 
@@ -132,7 +132,7 @@ def test_kv_cache_counts_bytes():
     kv = KVCache(2)
     x = torch.randn(3, 4, 16)
     for layer in range(2):
-        mha(x, mask=causal_mask(4), kv_cache=kv[layer])
+        mha(x, mask=causal_mask(4), layer_cache=kv[layer])
     assert len(kv) == 4
     assert kv.n_bytes == 2 * 2 * 3 * 4 * 16 * 4  # (k, v) x layers x B x S x D x 4 bytes
 
@@ -200,9 +200,9 @@ def test_bad_forward_input(fused, make_call, error, text):
 def test_bad_mask_with_cache_leaves_cache_unchanged():
     mha = MultiHeadAttention(16, 4)
     cache = LayerKVCache()
-    mha(torch.randn(1, 3, 16), mask=causal_mask(3), kv_cache=cache)
+    mha(torch.randn(1, 3, 16), mask=causal_mask(3), layer_cache=cache)
     with pytest.raises(ValueError, match="does not broadcast"):
-        mha(torch.randn(1, 1, 16), mask=causal_mask(1, 3), kv_cache=cache)  # should be causal_mask(1, 4)
+        mha(torch.randn(1, 1, 16), mask=causal_mask(1, 3), layer_cache=cache)  # should be causal_mask(1, 4)
     assert len(cache) == 3
 
 
@@ -243,9 +243,9 @@ def test_layer_cache_rejects_bad_k_v_pairs():
 def test_mha_with_cache_of_another_batch_names_shapes():
     mha = MultiHeadAttention(16, 4)
     cache = LayerKVCache()
-    mha(torch.randn(2, 3, 16), kv_cache=cache)
+    mha(torch.randn(2, 3, 16), layer_cache=cache)
     with pytest.raises(ValueError, match=r"\(2, 4, 3, 4\).*new keys are \(1, 4, 1, 4\)"):
-        mha(torch.randn(1, 1, 16), kv_cache=cache)
+        mha(torch.randn(1, 1, 16), layer_cache=cache)
     with pytest.raises(ValueError, match=r"new keys are \(2, 2, 1, 8\)"):
-        MultiHeadAttention(16, 2)(torch.randn(2, 1, 16), kv_cache=cache)  # a cache filled by another layer shape
+        MultiHeadAttention(16, 2)(torch.randn(2, 1, 16), layer_cache=cache)  # a cache filled by another layer shape
     assert len(cache) == 3

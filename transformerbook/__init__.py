@@ -10,6 +10,7 @@ Modules:
 - `transformerbook.checks.embeddings`: `check_one_hot_embedding`, `check_sinusoidal_encoding`, `check_rotation_matrix` and `check_cosine_similarity`, used in the chapter "Embeddings".
 - `transformerbook.checks.lm_head`: Exercise checkers for chapter 06: counting a GPT's parameters, tying the weights, and the logit lens.
 - `transformerbook.checks.masking`: Checkers for Chapter 2's exercises: causal masks, padding masks, combined masks and NaN-free masked attention.
+- `transformerbook.checks.modern`: `check_rms_norm`, `check_apply_rotary`, `check_kv_cache_size` and `check_swiglu`, used in the chapter "From GPT-2 to today's open models".
 - `transformerbook.checks.moe`: `check_top_k_gate`, `check_load_balancing_loss` and `check_moe_dispatch`, used in the chapter "Mixture of Experts".
 - `transformerbook.checks.multihead`: Checkers for Chapter 3's exercises: splitting and merging heads, a multi-head attention class, and loading weights from `torch.nn.MultiheadAttention`.
 - `transformerbook.checks.sampling`: The checkers behind the exercises of "Sampling and generation": temperature, top-k and top-p filters, appending to a KV cache, and the chance that pure sampling wanders into the tail.
@@ -21,8 +22,10 @@ Modules:
 - `transformerbook.embeddings`: Token embeddings as row selection from E, learned and sinusoidal position embeddings, and what the geometry of embedding space encodes (J&M 10.5; notes 19.2; 6.390 11.1).
 - `transformerbook.lm_head`: Unembedding, weight tying, a softmax over the vocabulary, and the whole decoder-only model (J&M 10.6).
 - `transformerbook.masking`: Causal masks for language modelling, padding masks for batches, and how to combine them (J&M 10.1.5).
+- `transformerbook.modern`: RMSNorm, rotary positions, SwiGLU, grouped-query attention and QK-norm: the five changes between GPT-2 and Llama 3 or Qwen3, each from its paper, each checked against Hugging Face, and all of them as switches of one GPT.
 - `transformerbook.moe`: Replace the feed-forward network with many expert networks and a router that sends each token to only a few of them: more parameters at the same compute per token (notes 19.6; Shazeer et al. 2017; Fedus et al. 2021; Jiang et al. 2024).
 - `transformerbook.multihead`: Several attention heads side by side, each with its own projections, concatenated and mixed by W_O (J&M 10.2).
+- `transformerbook.pretrained`: Hugging Face GPT-2 checkpoints in the book's GPT: the configuration map, the tensor map, and reading a checkpoint folder.
 - `transformerbook.sampling`: Decoding methods (greedy, random, top-k, top-p, temperature), a batched `generate` with a KV cache, and language models as task solvers (J&M 10.7–10.8).
 - `transformerbook.scaling`: How loss falls with parameters, data and compute: counting N and FLOPs exactly, Kaplan's and Chinchilla's power laws, compute-optimal allocation, and fitting the laws from scratch (J&M 10.9.3; notes 19.5).
 - `transformerbook.tokenization`: From words and characters to byte-pair encoding: how text becomes token ids (notes 19.2.1; CS182 tokenization).

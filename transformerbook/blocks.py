@@ -1,11 +1,13 @@
 """Layer normalization, the position-wise feed-forward network, residual connections, and the post-norm and
 pre-norm blocks that a transformer stacks (J&M 10.3-10.4; 6.390 11.3.1).
 
-**In the package** (`transformerbook.blocks`): `LayerNorm(d_model)` normalizes the last axis,
-`FeedForward(d_model, d_ff)` is the position-wise network with an activation from `ACTIVATIONS`, and
-`TransformerBlock(d_model, n_heads, norm="pre")` (or `"post"`) wraps multi-head attention and the feed-forward network
-in residual connections, mapping (B, T, d_model) to (B, T, d_model). `fused=True` swaps in torch's single-kernel
-LayerNorm and attention, which compute the same function faster.
+**In the package** (`transformerbook.blocks`): `LayerNorm(d_model)` normalizes the last axis and `RMSNorm(d_model)`
+only rescales it (`make_norm` builds either, by a name in `NORMS`); `FeedForward(d_model, d_ff)` is the position-wise
+network with an activation from `ACTIVATIONS`, `SwiGLUFeedForward(d_model, d_ff)` its gated variant, and `make_mlp`
+builds either (the choices are `MLP_ACTIVATIONS`). `TransformerBlock(d_model, n_heads, norm="pre")` (or `"post"`)
+wraps multi-head attention and the feed-forward network in residual connections, mapping (B, T, d_model) to
+(B, T, d_model). `fused=True` swaps in torch's single-kernel LayerNorm and attention, which compute the same function
+faster.
 
 Docs: https://transformerbook.github.io/transformerbook/blocks.html.md"""
 
@@ -14,8 +16,6 @@ Docs: https://transformerbook.github.io/transformerbook/blocks.html.md"""
 # %% ../nbs/04_blocks.ipynb #a3bb024e
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -23,7 +23,8 @@ from torch import Tensor, nn
 from .multihead import LayerKVCache, MultiHeadAttention, _check_input_dtype
 
 # %% auto #0
-__all__ = ['ACTIVATIONS', 'LayerNorm', 'FeedForward', 'TransformerBlock']
+__all__ = ['NORMS', 'ACTIVATIONS', 'MLP_ACTIVATIONS', 'LayerNorm', 'RMSNorm', 'make_norm', 'FeedForward', 'SwiGLUFeedForward',
+           'make_mlp', 'TransformerBlock']
 
 # %% ../nbs/04_blocks.ipynb #a4993ef1
 class LayerNorm(nn.Module):
@@ -64,6 +65,50 @@ class LayerNorm(nn.Module):
         y = x_hat * self.weight  # γ ⊙ x̂                                   J&M eq. 10.23
         return y + self.bias if self.bias is not None else y  # + β
 
+# %% ../nbs/04_blocks.ipynb #27b678e1
+class RMSNorm(nn.Module):
+    """Root-mean-square layer normalization (Zhang & Sennrich 2019 eq. 4): y = γ ⊙ x / sqrt(mean(x²) + ε).
+
+    LayerNorm without the mean subtraction and without β: it rescales each vector to unit RMS and leaves its direction
+    alone. Matches `torch.nn.RMSNorm(d_model, eps)` and Hugging Face's `LlamaRMSNorm`; `fused=True` computes the same
+    function with torch's single-kernel `F.rms_norm`. Raises `ValueError` for a
+    non-positive d_model, a negative ε or an x whose last dimension is not d_model, `TypeError` for a non-float x."""
+    def __init__(self, d_model: int, # size of the normalized (last) dimension
+                 eps: float = 1e-6, # ε inside the square root (Llama 2/3: 1e-5 or 1e-6, Qwen3: 1e-6)
+                 fused: bool = False, # use torch's fused `F.rms_norm` (same maths) instead of the code below
+                ):
+        super().__init__()
+        if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
+            raise ValueError(f"d_model={d_model!r} must be a positive int")
+        if eps < 0: raise ValueError(f"eps={eps} must be >= 0")
+        self.d_model, self.eps, self.fused = d_model, eps, fused
+        self.weight = nn.Parameter(torch.ones(d_model))  # γ
+
+    def forward(self, x: Tensor, # (..., d_model) float
+               ) -> Tensor: # (..., d_model)
+        "(..., D) -> (..., D): divide each vector by its root mean square, then scale by γ (Zhang & Sennrich 2019 eq. 4)."
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point torch.Tensor, got "
+                            f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"last dimension of x must be d_model={self.d_model}, got shape {tuple(x.shape)}")
+        if self.fused and x.dtype == self.weight.dtype: return F.rms_norm(x, (self.d_model,), self.weight, self.eps)
+        rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
+        return x / rms * self.weight  # (..., D)
+
+NORMS = ("layer", "rms")  # the `normalization` choices of TransformerBlock and GPTConfig
+
+def make_norm(normalization: str, # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama, Qwen3)
+              d_model: int, # normalized width
+              eps: float = 1e-5, # ε
+              bias: bool = True, # LayerNorm's β (RMSNorm has none)
+              fused: bool = False, # torch's fused LayerNorm kernel
+             ) -> nn.Module:
+    "A `LayerNorm` or an `RMSNorm` of width d_model; `ValueError` naming an unknown normalization."
+    if normalization not in NORMS: raise ValueError(f"normalization={normalization!r} is not one of {list(NORMS)}")
+    if normalization == "layer": return LayerNorm(d_model, eps=eps, bias=bias, fused=fused)
+    return RMSNorm(d_model, eps=eps, fused=fused)
+
 # %% ../nbs/04_blocks.ipynb #a9ba0623
 ACTIVATIONS = {
     "relu": F.relu,  # max(0, x): the original transformer
@@ -99,41 +144,92 @@ class FeedForward(nn.Module):
         _check_input_dtype(x, self.fc.weight)
         return self.dropout(self.proj(ACTIVATIONS[self.activation](self.fc(x))))
 
+# %% ../nbs/04_blocks.ipynb #52ebd004
+class SwiGLUFeedForward(nn.Module):
+    """Gated feed-forward network FFN_SwiGLU(x) = (SiLU(x W₁) ⊙ x W₃) W₂ (Shazeer 2020 eq. 6; Llama, Qwen3, and
+    Mixtral's expert). Three matrices instead of two, so d_ff = 8/3·d_model matches the 8·d_model² weights of a
+    4·d_model FeedForward. Raises `ValueError` for a d_model or d_ff that is not a positive int."""
+    def __init__(self, d_model: int, # model width D
+                 d_ff: int, # hidden width F
+                 dropout: float = 0.0, # dropout on the output
+                 bias: bool = False, # biases in the three layers (Llama, Mixtral: none)
+                ):
+        super().__init__()
+        for name, n in (("d_model", d_model), ("d_ff", d_ff)):
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError(f"{name}={n!r} must be a positive int")
+        self.w1 = nn.Linear(d_model, d_ff, bias=bias)  # gate projection W₁: D -> F (HF Llama: gate_proj)
+        self.w3 = nn.Linear(d_model, d_ff, bias=bias)  # up projection W₃: D -> F (up_proj)
+        self.w2 = nn.Linear(d_ff, d_model, bias=bias)  # down projection W₂: F -> D (down_proj)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, # (..., D)
+               ) -> Tensor: # (..., D)
+        "(..., D) -> (..., F) -> (..., D), each position independently; `TypeError` if x's dtype is not the weights'"
+        if not isinstance(x, Tensor): raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        _check_input_dtype(x, self.w1.weight)
+        return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))  # (..., F) ⊙ (..., F) -> (..., D)
+
+MLP_ACTIVATIONS = (*ACTIVATIONS, "swiglu")  # FeedForward's activations, or the gated SwiGLU network
+
+def make_mlp(d_model: int, # model width D
+             d_ff: int, # hidden width F
+             activation: str = "gelu_tanh", # "swiglu" or a key of ACTIVATIONS
+             dropout: float = 0.0, # dropout on the output
+             bias: bool = True, # biases in the layers
+            ) -> nn.Module: # (..., D) -> (..., D)
+    "A `SwiGLUFeedForward` for activation='swiglu', else a `FeedForward`; `ValueError` naming an unknown activation."
+    if activation not in MLP_ACTIVATIONS:
+        raise ValueError(f"activation={activation!r} is not one of {sorted(MLP_ACTIVATIONS)}")
+    if activation == "swiglu": return SwiGLUFeedForward(d_model, d_ff, dropout=dropout, bias=bias)
+    return FeedForward(d_model, d_ff, dropout=dropout, bias=bias, activation=activation)
+
 # %% ../nbs/04_blocks.ipynb #073d0bda
 class TransformerBlock(nn.Module):
     """A transformer block: multi-head attention and a feed-forward network, each wrapped in a residual connection.
 
     norm="post": h = LN(x + MHA(x)); out = LN(h + FFN(h))  (J&M eqs. 10.24-10.31; 6.390 eqs. 11.14-11.17; Vaswani et al. 2017).
     norm="pre":  h = x + MHA(LN(x)); out = h + FFN(LN(h))  (J&M eqs. 10.38-10.43; GPT-2). A pre-norm stack needs a
-    final LayerNorm after its last block. Raises `ValueError` for an unknown norm (and, via its parts, for bad widths)."""
+    final norm after its last block. Every argument after n_heads is keyword-only; `normalization`, `activation`,
+    `n_kv_heads`, `d_head` and `qk_norm` switch the GPT-2 block into a Llama- or Qwen3-style one (chapter 12). Raises
+    `ValueError` for an unknown norm placement or normalization (and, via its parts, for bad widths)."""
     def __init__(self, d_model: int, # model width D
                  n_heads: int, # attention heads H
+                 *,
                  d_ff: int | None = None, # feed-forward width F (default 4·d_model)
                  dropout: float = 0.0, # dropout probability
                  bias: bool = True, # biases in linear layers and LayerNorms
-                 norm: str = "pre", # "pre" (GPT-2) or "post" (Vaswani et al. 2017)
-                 activation: str = "gelu_tanh", # feed-forward activation, a key of ACTIVATIONS
-                 layer_norm_eps: float = 1e-5, # ε of both LayerNorms
+                 norm: str = "pre", # placement: "pre" (GPT-2) or "post" (Vaswani et al. 2017)
+                 activation: str = "gelu_tanh", # a key of ACTIVATIONS, or "swiglu" (a SwiGLUFeedForward)
+                 layer_norm_eps: float = 1e-5, # ε of both norms
                  fused: bool = False, # torch's fused kernels for attention and LayerNorm (same maths, faster)
+                 normalization: str = "layer", # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama)
+                 n_kv_heads: int | None = None, # key/value heads (grouped-query attention); None = n_heads
+                 d_head: int | None = None, # per-head width; None = d_model // n_heads
+                 qk_norm: bool = False, # RMSNorm on each head's queries and keys (Qwen3)
                 ):
         super().__init__()
         if norm not in ("pre", "post"):
             raise ValueError(f"norm={norm!r} must be 'pre' or 'post'")
         self.norm = norm
-        self.ln_1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, fused=fused)
-        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, fused=fused)
-        self.ln_2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, fused=fused)
+        self.ln_1 = make_norm(normalization, d_model, eps=layer_norm_eps, bias=bias, fused=fused)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, fused=fused, n_kv_heads=n_kv_heads,
+                                       d_head=d_head, qk_norm=qk_norm, qk_norm_eps=layer_norm_eps)
+        self.ln_2 = make_norm(normalization, d_model, eps=layer_norm_eps, bias=bias, fused=fused)
         d_ff = 4 * d_model if d_ff is None else d_ff  # only None means the default: d_ff=0 is an error, not 4·d_model
-        self.mlp = FeedForward(d_model, d_ff, dropout=dropout, bias=bias, activation=activation)
+        self.mlp = make_mlp(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
 
     def forward(self, x: Tensor, # (B, T, D) the residual stream
                 mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
-                kv_cache: LayerKVCache | None = None, # this layer's KV cache
+                layer_cache: LayerKVCache | None = None, # this layer's KV cache
+                rotate=None, # (q, k) -> (q, k) applied inside attention (rotary positions), or None
+                validate_mask: bool = True, # False when the caller has checked the mask once for all layers
                ) -> Tensor: # (B, T, D)
         """(B, T, D) -> (B, T, D): the block (J&M eqs. 10.24-10.31 post-norm, 10.38-10.43 pre-norm). Raises
         `TypeError`/`ValueError` for a bad x or mask and `ValueError` for a cache of another batch or model."""
+        attn = lambda h: self.attn(h, mask=mask, layer_cache=layer_cache, rotate=rotate, validate_mask=validate_mask)
         if self.norm == "pre":
-            x = x + self.attn(self.ln_1(x), mask=mask, kv_cache=kv_cache)  # J&M eqs. 10.38-10.40
+            x = x + attn(self.ln_1(x))  # J&M eqs. 10.38-10.40
             return x + self.mlp(self.ln_2(x))  # J&M eqs. 10.41-10.43
-        x = self.ln_1(x + self.attn(x, mask=mask, kv_cache=kv_cache))  # J&M eqs. 10.26-10.28 (= 10.24)
+        x = self.ln_1(x + attn(x))  # J&M eqs. 10.26-10.28 (= 10.24)
         return self.ln_2(x + self.mlp(x))  # J&M eqs. 10.29-10.31 (= 10.25)

@@ -4,7 +4,10 @@ embedding space encodes (J&M 10.5; notes 19.2; 6.390 11.1).
 **In the package** (`transformerbook.embeddings`): `Embeddings(vocab_size, context_length, d_model)` turns (B, T)
 token ids into (B, T, d_model) vectors, adding learned or sinusoidal position embeddings.
 `sinusoidal_positional_encoding(T, d_model)` is the (T, d_model) table of Vaswani et al. (2017), and
-`position_rotation_matrix(k, d_model)` the rotation that moves every row of it k positions on. `cosine_similarity(u, v)`
+`position_rotation_matrix(k, d_model)` the rotation that moves every row of it k positions on.
+Rotary positions (`positional="rotary"` adds none to x) rotate queries and keys instead: `rotary_frequencies(d_head)`
+gives the angles per position, `rotate_half` and `apply_rotary(x, cos, sin)` turn (B, H, T, d_head) vectors, and
+`RotaryEmbedding(d_head, context_length)` holds the cos/sin tables and rotates q and k by their positions. `cosine_similarity(u, v)`
 and `analogy(E, a, b, c)` probe the geometry of an embedding matrix E of shape (V, d_model).
 
 Docs: https://transformerbook.github.io/transformerbook/embeddings.html.md"""
@@ -21,8 +24,8 @@ from .validation import (check_choice, check_ids, check_ids_below, check_positiv
                                         check_positive_int, check_positive_ints)
 
 # %% auto #0
-__all__ = ['POSITIONALS', 'sinusoidal_positional_encoding', 'Embeddings', 'position_rotation_matrix', 'cosine_similarity',
-           'analogy']
+__all__ = ['POSITIONALS', 'sinusoidal_positional_encoding', 'Embeddings', 'position_rotation_matrix', 'rotary_frequencies',
+           'rotate_half', 'apply_rotary', 'RotaryEmbedding', 'cosine_similarity', 'analogy']
 
 # %% ../nbs/05_embeddings.ipynb #60eebeb7
 def sinusoidal_positional_encoding(T: int, # number of positions, t = 0..T-1
@@ -41,13 +44,14 @@ def sinusoidal_positional_encoding(T: int, # number of positions, t = 0..T-1
     return pe
 
 # %% ../nbs/05_embeddings.ipynb #678e387b
-POSITIONALS = ("learned", "sinusoidal")  # the position schemes of `Embeddings` (and `GPTConfig.positional`)
+POSITIONALS = ("learned", "sinusoidal", "rotary")  # the position schemes of `Embeddings` (and `GPTConfig.positional`)
 
 class Embeddings(nn.Module):
     """Input embeddings X[b, t] = E[token_ids[b, t]] + P[t] (J&M §10.5, Figs. 10.10-10.12; notes eqs. 19.7 and 19.10).
 
     `positional="learned"` uses a trainable (context_length, d_model) table P as GPT-2 does; "sinusoidal" the fixed
-    encodings of notes eqs. 19.8-19.9. Raises `TypeError`/`ValueError` naming the bad argument."""
+    encodings of notes eqs. 19.8-19.9; "rotary" adds nothing here (positions rotate q and k in attention,
+    `RotaryEmbedding`). Raises `TypeError`/`ValueError` naming the bad argument."""
     def __init__(self, vocab_size: int, # V
                  context_length: int, # maximum number of positions
                  d_model: int, # embedding width D
@@ -61,9 +65,8 @@ class Embeddings(nn.Module):
         self.token = nn.Embedding(vocab_size, d_model)  # E: (V, D)
         if positional == "learned":
             self.position = nn.Embedding(context_length, d_model)  # P: (context_length, D)
-        else:
-            table = sinusoidal_positional_encoding(context_length, d_model)  # P: (context_length, D), fixed
-            self.register_buffer("position_table", table, persistent=False)
+        elif positional == "sinusoidal":
+            self.register_buffer("position_table", sinusoidal_positional_encoding(context_length, d_model), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
@@ -71,6 +74,7 @@ class Embeddings(nn.Module):
                ) -> Tensor: # (B, T, D)
         "(B, T) ids -> (B, T, D): E[token_ids] + P[position_ids] (notes eq. 19.10), then dropout."
         position_ids = _check_embedding_inputs(token_ids, position_ids, self.vocab_size, self.context_length)
+        if self.positional == "rotary": return self.dropout(self.token(token_ids))  # positions rotate q and k instead
         pos = self.position(position_ids) if self.positional == "learned" else self.position_table[position_ids]
         return self.dropout(self.token(token_ids) + pos)  # (B, T, D) + (B|1, T, D)
 
@@ -109,6 +113,72 @@ def position_rotation_matrix(k: int | float, # offset in positions (may be negat
     c, s = torch.cos(omega * k), torch.sin(omega * k)  # (d/2,)
     blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # (d/2, 2, 2)
     return torch.block_diag(*blocks).float()  # (d, d)
+
+# %% ../nbs/05_embeddings.ipynb #c9defa75
+def rotary_frequencies(d_head: int, # per-head width Dh (even)
+                       base: float = 10000.0, # θ: Llama 2 10,000; Llama 3 500,000; Qwen3 1,000,000
+                       scaling: dict | None = None, # Llama 3's {"rope_type": "llama3", "factor", "low_freq_factor",
+                                                    #  "high_freq_factor", "original_max_position_embeddings"}
+                      ) -> Tensor: # (Dh/2,) float64 angular frequencies ω_i, radians per position
+    """ω_i = θ^(-2i/Dh), i = 0..Dh/2-1, the frequencies of the sinusoids above, now for rotary positions (Su et al.
+    2021 eq. 15); with `scaling`, Llama 3's rule: wavelengths longer than the original context / low_freq_factor are
+    divided by `factor`, shorter than context / high_freq_factor kept, and in between interpolated smoothly (as in
+    Hugging Face's `_compute_llama3_parameters`). Raises `ValueError` for an odd d_head or an unknown scaling."""
+    if not isinstance(d_head, int) or d_head < 2 or d_head % 2:
+        raise ValueError(f"d_head={d_head!r} must be a positive even int: rotary positions rotate pairs of features")
+    omega = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (Dh/2,)
+    if scaling is None: return omega
+    if scaling.get("rope_type", scaling.get("type")) != "llama3":
+        raise ValueError(f"rope scaling {scaling!r} is not supported: only rope_type='llama3'")
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context = scaling["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / omega  # (Dh/2,) positions per turn
+    smooth = ((old_context / wavelength - low) / (high - low)).clamp(0, 1)  # 0: long waves, 1: short waves
+    return (1 - smooth) * omega / factor + smooth * omega  # long waves slowed by `factor`, short ones kept
+
+def rotate_half(x: Tensor, # (..., Dh)
+               ) -> Tensor: # (..., Dh): [-x₂, x₁] for x = [x₁, x₂] split in halves
+    "The half-split layout's 90° turn: pairs feature i with feature i + Dh/2 (Hugging Face's `rotate_half`)."
+    x1, x2 = x.chunk(2, dim=-1)  # (..., Dh/2) each
+    return torch.cat([-x2, x1], dim=-1)
+
+def apply_rotary(x: Tensor, # (B, H, T, Dh) queries or keys
+                 cos: Tensor, # (T, Dh) or (B, 1, T, Dh): cos(t·ω_i), each frequency twice ([ω, ω] layout)
+                 sin: Tensor, # same shape as cos
+                ) -> Tensor: # (B, H, T, Dh), each (x_i, x_{i+Dh/2}) pair turned by the angle t·ω_i
+    "Rotate every feature pair of x by its position's angle (Su et al. 2021 eq. 34, half-split layout as in Llama)."
+    return x * cos + rotate_half(x) * sin  # (B, H, T, Dh)
+
+# %% ../nbs/05_embeddings.ipynb #6686d7ad
+class RotaryEmbedding(nn.Module):
+    """Rotary position embeddings (RoPE, Su et al. 2021): queries and keys are rotated by their position's angles, so
+    q_m·k_n depends on the positions only through m - n. Holds cos/sin tables (context_length, d_head), built in
+    float64 and stored in float32 (not saved in a state dict). Raises `ValueError` for an odd d_head, and for a
+    position outside [0, context_length) when called."""
+    def __init__(self, d_head: int, # per-head width Dh (even)
+                 context_length: int, # positions in the table
+                 base: float = 10000.0, # θ
+                 scaling: dict | None = None, # Llama 3 frequency scaling (see `rotary_frequencies`)
+                ):
+        super().__init__()
+        omega = rotary_frequencies(d_head, base, scaling)  # (Dh/2,)
+        angles = torch.arange(context_length, dtype=torch.float64)[:, None] * omega  # (C, 1) * (Dh/2,) -> (C, Dh/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (C, Dh): half-split layout, feature i pairs with i + Dh/2
+        self.context_length = context_length
+        self.register_buffer("cos", angles.cos().float(), persistent=False)  # (C, Dh)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, q: Tensor, # (B, H, T, Dh)
+                k: Tensor, # (B, KV, T, Dh)
+                position_ids: Tensor, # (T,) or (B, T) int64 in [0, context_length)
+               ) -> tuple[Tensor, Tensor]: # rotated q and k, same shapes and dtypes
+        "Rotate q and k by the angles of `position_ids` (Su et al. 2021 eq. 34); `ValueError` for a position beyond the table."
+        if position_ids.numel() and (position_ids.min() < 0 or position_ids.max() >= self.context_length):
+            raise ValueError(f"position {position_ids.max().item()} is beyond the rotary table's "
+                             f"context_length={self.context_length}: crop the sequence or build a longer table")
+        cos, sin = self.cos[position_ids].to(q.dtype), self.sin[position_ids].to(q.dtype)  # (T, Dh) or (B, T, Dh)
+        if cos.dim() == 3: cos, sin = cos[:, None], sin[:, None]  # (B, T, Dh) -> (B, 1, T, Dh): same for every head
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
 
 # %% ../nbs/05_embeddings.ipynb #ed249df0
 def cosine_similarity(u: Tensor, # (..., D)

@@ -1,10 +1,12 @@
 """Unembedding, weight tying, a softmax over the vocabulary, and the whole decoder-only model (J&M 10.6).
 
 **In the package** (`transformerbook.lm_head`): `GPT(GPTConfig(...))` is a decoder-only transformer mapping (B, T)
-token ids to (B, T, vocab_size) logits; `GPTConfig.gpt2_small()` holds GPT-2 small's sizes, and
-`GPT.from_pretrained("gpt2")` loads its weights from the Hugging Face Hub. `approx_non_embedding_params(n_layers,
-d_model)` is Kaplan et al.'s 12 · n_layers · d_model² estimate, and `logit_lens(model, token_ids)` reads next-token
-logits from the residual stream after every block, shape (n_layers + 1, B, T, vocab_size).
+token ids to (B, T, vocab_size) logits; `GPTConfig.gpt2_small()` holds GPT-2 small's sizes, its switches (`POSITIONALS`
+among them) also describe Llama- and Qwen3-style models (chapter 12), and `gpt2_init(module, n_layers)` is GPT-2's
+initialisation. `GPT.from_pretrained("gpt2")` loads OpenAI's weights from the Hugging Face Hub (the conversion lives in
+`transformerbook.pretrained`). `approx_non_embedding_params(n_layers, d_model)` is Kaplan et al.'s 12 · n_layers ·
+d_model² estimate, and `logit_lens(model, token_ids)` reads next-token logits from the residual stream after every
+block, shape (n_layers + 1, B, T, vocab_size).
 
 Docs: https://transformerbook.github.io/transformerbook/lm_head.html.md"""
 
@@ -13,116 +15,158 @@ Docs: https://transformerbook.github.io/transformerbook/lm_head.html.md"""
 # %% ../nbs/06_lm_head.ipynb #f74de0da
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 
 import torch
-from fastcore.basics import patch
 from torch import Tensor, nn
 
-from .blocks import ACTIVATIONS, LayerNorm, TransformerBlock
-from .embeddings import Embeddings
+from .blocks import MLP_ACTIVATIONS, NORMS, TransformerBlock, make_norm
+from .embeddings import Embeddings, RotaryEmbedding
 from .masking import causal_mask, combine_masks
 from .multihead import KVCache
 
 # %% auto #0
-__all__ = ['GPTConfig', 'GPT', 'approx_non_embedding_params', 'logit_lens']
+__all__ = ['POSITIONALS', 'GPTConfig', 'gpt2_init', 'GPT', 'approx_non_embedding_params', 'logit_lens']
 
 # %% ../nbs/06_lm_head.ipynb #b654e5d5
+POSITIONALS = ("learned", "sinusoidal", "rotary")  # where positions enter: added to x (first two) or rotating q and k
+
 @dataclass
 class GPTConfig:
-    "Hyper-parameters of a decoder-only transformer; the defaults are GPT-2 small's. Validated on creation (`ValueError`)."
+    """Hyper-parameters of a decoder-only transformer; the defaults are GPT-2 small's, and the switches after
+    `fused` (normalization, n_kv_heads, d_head, qk_norm, rope_theta, rope_scaling), with positional="rotary" and
+    activation="swiglu", turn it into a Llama- or Qwen3-style model (chapter 12). Validated on creation (`ValueError`)."""
     vocab_size: int = 50257  # V: GPT-2's 50,000 merges + 256 bytes + <|endoftext|>
     context_length: int = 1024  # maximum sequence length T
     d_model: int = 768  # D, width of the residual stream
-    n_heads: int = 12  # H; d_head = d_model // n_heads
+    n_heads: int = 12  # H, query heads
     n_layers: int = 12  # number of transformer blocks
     d_ff: int | None = None  # F, feed-forward width; None means 4 * d_model (GPT-2)
     dropout: float = 0.0  # GPT-2 pre-training used 0.1; 0 for inference and small CPU runs
-    bias: bool = True  # biases in Linear layers and LayerNorms, as in GPT-2
-    norm: str = "pre"  # "pre" (GPT-2, with a final LayerNorm) or "post" (original transformer)
+    bias: bool = True  # biases in Linear layers and LayerNorms, as in GPT-2 (Llama, Qwen3: False)
+    norm: str = "pre"  # placement: "pre" (GPT-2, with a final norm) or "post" (original transformer)
     tie_weights: bool = True  # lm_head shares the token-embedding matrix E (J&M 10.6)
-    activation: str = "gelu_tanh"  # feed-forward activation; GPT-2 uses GELU's tanh approximation
-    positional: str = "learned"  # "learned" (GPT-2) or "sinusoidal"
-    layer_norm_eps: float = 1e-5  # ε in every LayerNorm (GPT-2: 1e-5)
+    activation: str = "gelu_tanh"  # feed-forward: GPT-2's tanh GELU, another of ACTIVATIONS, or "swiglu" (Llama)
+    positional: str = "learned"  # one of POSITIONALS: "learned" (GPT-2), "sinusoidal" or "rotary" (Llama, Qwen3)
+    layer_norm_eps: float = 1e-5  # ε in every norm (GPT-2: 1e-5; Qwen3: 1e-6)
     fused: bool = False  # torch's fused attention and LayerNorm kernels (training); False = the book's own code
+    normalization: str = "layer"  # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama, Qwen3)
+    n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None means n_heads
+    d_head: int | None = None  # per-head width; None means d_model // n_heads (Qwen3 sets it explicitly)
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys (Qwen3, OLMo 2)
+    rope_theta: float = 10000.0  # θ of rotary positions (Llama 3: 500,000; Qwen3: 1,000,000)
+    rope_scaling: dict | None = None  # Llama 3's frequency scaling (see `embeddings.rotary_frequencies`)
 
     def __post_init__(self):
         if self.d_ff is None: self.d_ff = 4 * self.d_model
-        for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers", "d_ff"):
+        if self.n_kv_heads is None: self.n_kv_heads = self.n_heads
+        for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers", "d_ff", "n_kv_heads"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive int")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.d_head is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+            self.d_head = self.d_model // self.n_heads
+        if not isinstance(self.d_head, int) or isinstance(self.d_head, bool) or self.d_head < 1:
+            raise ValueError(f"d_head={self.d_head!r} must be a positive int")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
-        for name in ("bias", "tie_weights", "fused"):
+        for name in ("bias", "tie_weights", "fused", "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         if self.norm not in ("pre", "post"):
             raise ValueError(f"norm={self.norm!r} must be 'pre' or 'post'")
-        if self.positional not in ("learned", "sinusoidal"):
-            raise ValueError(f"positional={self.positional!r} must be 'learned' or 'sinusoidal'")
+        if self.normalization not in NORMS:
+            raise ValueError(f"normalization={self.normalization!r} is not one of {list(NORMS)}")
+        if self.positional not in POSITIONALS:
+            raise ValueError(f"positional={self.positional!r} is not one of {list(POSITIONALS)}")
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"positional='sinusoidal' needs an even d_model, got d_model={self.d_model}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
+        if self.positional == "rotary" and self.d_head % 2:
+            raise ValueError(f"positional='rotary' needs an even d_head, got d_head={self.d_head}")
+        if self.activation not in MLP_ACTIVATIONS:
+            raise ValueError(f"activation={self.activation!r} is not one of {sorted(MLP_ACTIVATIONS)}")
         if not isinstance(self.layer_norm_eps, (int, float)) or not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps={self.layer_norm_eps!r} must be a positive float")
-
-    @property
-    def d_head(self) -> int: return self.d_model // self.n_heads
 
     @classmethod
     def gpt2_small(cls, **overrides) -> "GPTConfig":
         "GPT-2 small (124M): 12 layers, 12 heads, d_model 768, context 1024."
         return cls(**{**dict(vocab_size=50257, context_length=1024, d_model=768, n_heads=12, n_layers=12), **overrides})
 
-    def to_dict(self) -> dict: return asdict(self)
+    @classmethod
+    def from_hf(cls, hf_config) -> "GPTConfig":
+        "A Hugging Face `GPT2Config` as a GPTConfig: shorthand for `transformerbook.pretrained.config_from_hf`."
+        from transformerbook.pretrained import config_from_hf  # the conversion lives in its own module
+        return config_from_hf(hf_config)
+
+    def to_dict(self) -> dict:
+        """The fields as a dict; the chapter-12 switches are left out while they hold GPT-2's values, so a GPT-2
+        configuration writes the same dict (and checkpoint, and cache key) as before they existed."""
+        d = asdict(self)
+        gpt2 = {"normalization": "layer", "n_kv_heads": self.n_heads, "qk_norm": False, "rope_theta": 10000.0,
+                "rope_scaling": None}
+        if self.d_model % self.n_heads == 0: gpt2["d_head"] = self.d_model // self.n_heads
+        for name, value in gpt2.items():
+            if d[name] == value: del d[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "GPTConfig":
-        "Build from a dict (e.g. a checkpoint's), rejecting unknown keys by name."
+        "Build from a dict (e.g. a checkpoint's), rejecting unknown keys by name; missing switches take GPT-2's values."
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown: raise ValueError(f"unknown GPTConfig fields {unknown}; known fields: {sorted(known)}")
         return cls(**d)
 
 # %% ../nbs/06_lm_head.ipynb #501bdbdc
+def gpt2_init(module: nn.Module, # a GPT, or a part of one (e.g. an MoE layer) being added to a GPT
+              n_layers: int, # L, the number of blocks of the model the module belongs to
+             ) -> nn.Module: # the module, re-initialised in place
+    """GPT-2's initialisation (Radford et al. 2019 §2.3; nanoGPT): every Linear and Embedding weight ~ N(0, 0.02²),
+    biases 0, and the layers that write into the residual stream (`out_proj`, `proj`, `w2`) ~ N(0, (0.02/√(2L))²), so
+    the stream's variance does not grow with depth. Norm gains keep their 1."""
+    def init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)): nn.init.normal_(m.weight, mean=0.0, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None: nn.init.zeros_(m.bias)
+    module.apply(init)
+    for name, m in module.named_modules():  # residual projections: attention's W_O and each MLP's last layer
+        if isinstance(m, nn.Linear) and name.rsplit(".", 1)[-1] in ("out_proj", "proj", "w2"):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02 / math.sqrt(2 * n_layers))
+    return module
+
+
 class GPT(nn.Module):
-    """A decoder-only transformer language model: embeddings, `n_layers` blocks, a final LayerNorm (pre-norm)
-    and the LM head (J&M Fig. 10.14; eqs. 10.44-10.45). Calling it on token_ids (B, T) int64 returns logits
-    (B, T, vocab_size) float; softmax over the last axis gives next-token probabilities."""
+    """A decoder-only transformer language model: embeddings, `n_layers` blocks, a final norm (pre-norm) and the LM
+    head (J&M Fig. 10.14; eqs. 10.44-10.45). Calling it on token_ids (B, T) int64 returns logits (B, T, vocab_size)
+    float; softmax over the last axis gives next-token probabilities. One class for GPT-2 and, through `GPTConfig`'s
+    switches, Llama- and Qwen3-style models (chapter 12)."""
     def __init__(self, config: GPTConfig):
         super().__init__()
         if not isinstance(config, GPTConfig):
             raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
         self.config = c = config
         self.embeddings = Embeddings(c.vocab_size, c.context_length, c.d_model, c.dropout, c.positional)
+        # Rotary positions act inside attention, on q and k (chapter 5); the other two are added to x above.
+        self.rotary = RotaryEmbedding(c.d_head, c.context_length, base=c.rope_theta, scaling=c.rope_scaling) \
+            if c.positional == "rotary" else None
         self.blocks = nn.ModuleList([
-            TransformerBlock(c.d_model, c.n_heads, c.d_ff, c.dropout, c.bias, c.norm, c.activation,
-                             c.layer_norm_eps, c.fused) for _ in range(c.n_layers)])
-        # Pre-norm leaves the residual stream unnormalised, so GPT-2 adds a final LayerNorm (J&M eq. 10.43).
-        self.ln_f = LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias, fused=c.fused) if c.norm == "pre" else nn.Identity()
+            TransformerBlock(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, bias=c.bias,
+                             norm=c.norm, activation=c.activation, layer_norm_eps=c.layer_norm_eps, fused=c.fused,
+                             normalization=c.normalization, n_kv_heads=c.n_kv_heads, d_head=c.d_head, qk_norm=c.qk_norm)
+            for _ in range(c.n_layers)])
+        # Pre-norm leaves the residual stream unnormalised, so GPT-2 adds a final norm (J&M eq. 10.43).
+        self.ln_f = make_norm(c.normalization, c.d_model, eps=c.layer_norm_eps, bias=c.bias, fused=c.fused) \
+            if c.norm == "pre" else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)  # unembedding: D -> V; weight (V, D)
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2·n_layers)
-            if name.endswith(("attn.out_proj.weight", "mlp.proj.weight")):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layers))
+        gpt2_init(self, c.n_layers)
         if c.tie_weights:
             self.lm_head.weight = self.embeddings.token.weight  # (V, D): the same matrix E, no transpose
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
 
     def residual_stream(self,
                         token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
@@ -130,12 +174,32 @@ class GPT(nn.Module):
                         position_ids: Tensor | None = None, # (B, T) int64; default: cached length + 0..T-1
                         kv_cache: KVCache | None = None, # filled in place with every layer's keys and values
                        ) -> list[Tensor]: # n_layers + 1 tensors (B, T, D): the stream before each block and after the last
-        """The residual stream (J&M 10.4) at every layer boundary; the last entry is after the final LayerNorm.
+        """The residual stream (J&M 10.4) at every layer boundary; the last entry is after the final norm. The
+        attention mask is built and checked here, once, for all layers.
 
         Raises `ValueError` for token ids outside [0, vocab_size), more than context_length positions (cached + new)
         without explicit `position_ids`, a token_ids, padding mask or position_ids of the wrong shape, or a cache with
         the wrong number of layers or another batch size; `TypeError` for token_ids or position_ids that are not
         integer tensors and for a non-bool padding mask."""
+        B, T, past = self._check_inputs(token_ids, padding_mask, position_ids, kv_cache)
+        if position_ids is None:
+            position_ids = torch.arange(past, past + T, device=token_ids.device)  # (T,)
+        if T == 1 and padding_mask is None:  # one new token may attend to every position so far: nothing to mask
+            mask = None
+        else:
+            mask = combine_masks(causal_mask(T, past + T, device=token_ids.device), padding_mask)  # (T, S) or (B, 1, T, S)
+        x = self.embeddings(token_ids, position_ids)  # (B, T, D); checks the ids and positions
+        rotate = None if self.rotary is None else (lambda q, k: self.rotary(q, k, position_ids))
+        states = [x]
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask=mask, layer_cache=None if kv_cache is None else kv_cache[i], rotate=rotate,
+                      validate_mask=False)  # (B, T, D); the mask was built and checked above
+            states.append(x)
+        states[-1] = self.ln_f(x)
+        return states
+
+    def _check_inputs(self, token_ids, padding_mask, position_ids, kv_cache) -> tuple[int, int, int]:
+        "Validate one model call's arguments (see `residual_stream`); return B, T and the number of cached positions."
         if not isinstance(token_ids, Tensor):
             raise TypeError(f"token_ids must be a (B, T) torch.Tensor of integer ids, got {type(token_ids).__name__}: "
                             f"convert it with torch.tensor(token_ids)")
@@ -153,17 +217,8 @@ class GPT(nn.Module):
                              f"{self.config.context_length}: crop to the last {self.config.context_length} tokens")
         if padding_mask is not None and isinstance(padding_mask, Tensor) and tuple(padding_mask.shape) != (B, past + T):
             raise ValueError(f"padding_mask must have shape (B, cached + T) = ({B}, {past + T}), "
-                             f"got {tuple(padding_mask.shape)}")
-        if position_ids is None:
-            position_ids = torch.arange(past, past + T, device=token_ids.device)  # (T,)
-        mask = combine_masks(causal_mask(T, past + T, device=token_ids.device), padding_mask)  # (T, S) or (B, 1, T, S)
-        x = self.embeddings(token_ids, position_ids)  # (B, T, D)
-        states = [x]
-        for i, block in enumerate(self.blocks):
-            x = block(x, mask=mask, kv_cache=None if kv_cache is None else kv_cache[i])  # (B, T, D)
-            states.append(x)
-        states[-1] = self.ln_f(x)
-        return states
+                             f"got {tuple(padding_mask.shape)}")  # its dtype is checked where it is combined
+        return B, T, past
 
     def forward(self,
                 token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
@@ -185,6 +240,14 @@ class GPT(nn.Module):
             if self.config.positional == "learned": n -= self.embeddings.position.weight.numel()
         return n
 
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, # a Hub name ("gpt2", ...) or a save_pretrained folder
+                        local_files_only: bool = False, # never use the network
+                       ) -> "GPT": # in eval mode
+        "Hugging Face GPT-2 weights in the book's GPT: shorthand for `transformerbook.pretrained.from_pretrained`."
+        from transformerbook.pretrained import from_pretrained  # the conversion lives in its own module
+        return from_pretrained(name_or_path, local_files_only=local_files_only)
+
 # %% ../nbs/06_lm_head.ipynb #8883c02a
 def approx_non_embedding_params(n_layers: int, # number of transformer blocks
                                 d_model: int, # residual-stream width d
@@ -193,136 +256,6 @@ def approx_non_embedding_params(n_layers: int, # number of transformer blocks
     for name, v in (("n_layers", n_layers), ("d_model", d_model)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{name}={v!r} must be a positive int")
     return 12 * n_layers * d_model ** 2
-
-# %% ../nbs/06_lm_head.ipynb #c425b350
-_HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
-_HF_UNSUPPORTED = {"scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
-                   "add_cross_attention": False, "scale_attn_weights": True}  # field -> the only value we support
-
-@patch(cls_method=True)
-def from_hf(cls: GPTConfig,
-            hf_config, # a `transformers.GPT2Config` or its `to_dict()`
-           ) -> GPTConfig:
-    """Map a Hugging Face `GPT2Config` onto `GPTConfig` (dropout 0, for inference).
-
-    Raises `ValueError` naming the field if the config is not GPT-2's, uses an option our model does not
-    implement, or has values `GPTConfig` rejects."""
-    d = dict(hf_config if isinstance(hf_config, dict) else hf_config.to_dict())
-    if d.get("model_type", "gpt2") != "gpt2":
-        raise ValueError(f"model_type={d['model_type']!r}: only GPT-2 ('gpt2') configs map onto GPTConfig")
-    for field, ok in _HF_UNSUPPORTED.items():
-        if d.get(field, ok) != ok:
-            raise ValueError(f"{field}={d[field]!r} is not supported by GPT (only {field}={ok} maps onto GPTConfig)")
-    act = d.get("activation_function", "gelu_new")
-    if act not in _HF_ACTIVATIONS:
-        raise ValueError(f"activation_function={act!r} has no counterpart in GPTConfig; supported: {sorted(_HF_ACTIVATIONS)}")
-    missing = [k for k in ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer") if k not in d]
-    if missing: raise ValueError(f"the Hugging Face config lacks the fields {missing}")
-    try:
-        return cls(vocab_size=d["vocab_size"], context_length=d["n_positions"], d_model=d["n_embd"],
-                   n_heads=d["n_head"], n_layers=d["n_layer"], d_ff=d.get("n_inner") or None, dropout=0.0,
-                   bias=True, norm="pre", tie_weights=bool(d.get("tie_word_embeddings", True)),
-                   activation=_HF_ACTIVATIONS[act], positional="learned",
-                   layer_norm_eps=float(d.get("layer_norm_epsilon", 1e-5)))
-    except ValueError as e:
-        raise ValueError(f"the Hugging Face config does not map onto GPTConfig (n_positions -> context_length, "
-                         f"n_embd -> d_model, n_head -> n_heads, n_layer -> n_layers, n_inner -> d_ff): {e}") from None
-
-# %% ../nbs/06_lm_head.ipynb #5a09bed7
-_HF_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # old checkpoints store the causal mask as a buffer
-
-@patch
-def load_hf_state_dict(self: GPT,
-                       state_dict: dict[str, Tensor], # a `GPT2LMHeadModel` (or `GPT2Model`) state dict
-                      ) -> GPT: # self, with every parameter overwritten
-    """Copy Hugging Face GPT-2 weights into this model, transposing `Conv1D` weights (in, out) -> (out, in) and
-    splitting `c_attn` into q/k/v. Raises `ValueError` naming the tensor if one is missing, surplus or misshapen."""
-    c = self.config
-    if c.norm != "pre" or c.positional != "learned" or not c.bias:
-        raise ValueError(f"GPT-2 weights need norm='pre', positional='learned', bias=True; got norm={c.norm!r}, "
-                         f"positional={c.positional!r}, bias={c.bias}")
-    sd = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
-    sd = {k: v for k, v in sd.items() if not _HF_BUFFER.match(k)}
-    D, F, V = c.d_model, c.d_ff, c.vocab_size
-
-    def take(name: str, shape: tuple) -> Tensor:
-        if name not in sd: raise ValueError(f"the checkpoint has no tensor {name!r}")
-        t = sd.pop(name)
-        if tuple(t.shape) != shape:
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {shape} for d_model={D}, d_ff={F}, "
-                             f"vocab_size={V}, context_length={c.context_length}")
-        return t
-
-    new = {"embeddings.token.weight": take("wte.weight", (V, D)),
-           "embeddings.position.weight": take("wpe.weight", (c.context_length, D))}
-    for i in range(c.n_layers):
-        h, b = f"h.{i}.", f"blocks.{i}."
-        for ln in ("ln_1", "ln_2"):
-            new[f"{b}{ln}.weight"], new[f"{b}{ln}.bias"] = take(f"{h}{ln}.weight", (D,)), take(f"{h}{ln}.bias", (D,))
-        w_qkv = take(h + "attn.c_attn.weight", (D, 3 * D)).split(D, dim=1)  # (D, 3D) -> 3 × (D, D), each (in, out)
-        b_qkv = take(h + "attn.c_attn.bias", (3 * D,)).split(D)  # (3D,) -> 3 × (D,)
-        for proj, w, bias in zip(("q_proj", "k_proj", "v_proj"), w_qkv, b_qkv):
-            new[f"{b}attn.{proj}.weight"], new[f"{b}attn.{proj}.bias"] = w.T, bias  # (in, out) -> (out, in)
-        new[b + "attn.out_proj.weight"] = take(h + "attn.c_proj.weight", (D, D)).T
-        new[b + "attn.out_proj.bias"] = take(h + "attn.c_proj.bias", (D,))
-        new[b + "mlp.fc.weight"] = take(h + "mlp.c_fc.weight", (D, F)).T  # (D, F) -> (F, D)
-        new[b + "mlp.fc.bias"] = take(h + "mlp.c_fc.bias", (F,))
-        new[b + "mlp.proj.weight"] = take(h + "mlp.c_proj.weight", (F, D)).T  # (F, D) -> (D, F)
-        new[b + "mlp.proj.bias"] = take(h + "mlp.c_proj.bias", (D,))
-    new["ln_f.weight"], new["ln_f.bias"] = take("ln_f.weight", (D,)), take("ln_f.bias", (D,))
-    if c.tie_weights:
-        if "lm_head.weight" in sd and not torch.equal(take("lm_head.weight", (V, D)), new["embeddings.token.weight"]):
-            raise ValueError("lm_head.weight differs from wte.weight, but tie_weights=True: load it with tie_weights=False")
-    else:
-        new["lm_head.weight"] = take("lm_head.weight", (V, D))
-    if sd: raise ValueError(f"the checkpoint has tensors GPT does not use: {sorted(sd)[:5]}")
-    with torch.no_grad():
-        for name, p in self.named_parameters():  # a tied lm_head.weight is reached once, as embeddings.token.weight
-            p.copy_(new[name])
-    return self
-
-# %% ../nbs/06_lm_head.ipynb #4c18dffe
-def _checkpoint_folder(name_or_path, local_files_only: bool) -> Path:
-    "A local folder as is, or a Hub model name downloaded (config + safetensors) into the Hugging Face cache."
-    path = Path(name_or_path).expanduser()
-    if path.is_dir(): return path
-    if path.exists(): raise ValueError(f"{str(name_or_path)!r} is a file; pass the folder written by save_pretrained")
-    from huggingface_hub import snapshot_download
-    try:
-        return Path(snapshot_download(str(name_or_path), local_files_only=local_files_only,
-                                      allow_patterns=["config.json", "*.safetensors", "*.safetensors.index.json"]))
-    except Exception as e:  # no network, unknown model, invalid name: all mean "cannot get the files"
-        raise OSError(f"{str(name_or_path)!r} is not a local folder and could not be fetched from the Hugging Face Hub "
-                      f"(local_files_only={local_files_only}): {type(e).__name__}: {e}") from e
-
-def _read_state_dict(folder: Path) -> dict[str, Tensor]:
-    "Tensors of a checkpoint folder: model.safetensors, sharded safetensors (with an index) or pytorch_model.bin."
-    from safetensors.torch import load_file
-    if (folder / "model.safetensors").exists(): return load_file(folder / "model.safetensors")
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        sd = {}
-        for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())): sd.update(load_file(folder / shard))
-        return sd
-    if (folder / "pytorch_model.bin").exists():
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"no model.safetensors, model.safetensors.index.json or pytorch_model.bin in {folder}")
-
-# %% ../nbs/06_lm_head.ipynb #26222c2b
-@patch(cls_method=True)
-def from_pretrained(cls: GPT,
-                    # a Hub model name ("gpt2", "gpt2-medium", ...) or a save_pretrained folder
-                    name_or_path: str | os.PathLike,
-                    local_files_only: bool = False, # never use the network; only a local folder or the HF cache
-                   ) -> GPT: # in eval mode, dropout 0
-    """Load Hugging Face GPT-2 weights into the book's `GPT` (config via `GPTConfig.from_hf`, tensors via
-    `load_hf_state_dict`). Raises `OSError` if the files cannot be found or fetched, `ValueError` if the config or
-    a tensor does not map."""
-    from transformers import AutoConfig
-    folder = _checkpoint_folder(name_or_path, local_files_only)
-    if not (folder / "config.json").exists(): raise FileNotFoundError(f"no config.json in {folder}")
-    model = cls(GPTConfig.from_hf(AutoConfig.from_pretrained(folder)))
-    return model.load_hf_state_dict(_read_state_dict(folder)).eval()
 
 # %% ../nbs/06_lm_head.ipynb #91e87536
 @torch.no_grad()

@@ -3,15 +3,14 @@ them: more parameters at the same compute per token (notes 19.6; Shazeer et al. 
 
 **In the package** (`transformerbook.moe`): `TopKRouter(d_model, n_experts, top_k)` maps x (..., D) to the router
 logits (..., E), the renormalised weights (..., K) and the chosen experts' indices (..., K);
-`SwiGLUFeedForward(d_model, d_ff)` is Mixtral's gated expert; `make_expert(d_model, d_ff, activation)` builds one
-expert (a `blocks.FeedForward`, or a `SwiGLUFeedForward` for `activation="swiglu"`; the choices are
-`EXPERT_ACTIVATIONS`);
+`make_expert(d_model, d_ff, activation)` builds one expert, chapter 4's `blocks.make_mlp`: a `FeedForward`, or Mixtral's
+gated `blocks.SwiGLUFeedForward` for `activation="swiglu"` (the choices are `EXPERT_ACTIVATIONS`);
 `MoEFeedForward(d_model, d_ff, n_experts, top_k)` is the sparse mixture-of-experts layer, (B, T, D) -> (B, T, D), a
 drop-in `mlp` for a `TransformerBlock` that keeps its last router logits (B·T, E) in `router_logits`.
 `load_balancing_loss(router_logits, top_k)` is the Switch Transformer auxiliary loss E·Σᵢ fᵢPᵢ (without its weight α), and
 `expert_usage(indices, n_experts)` the fraction of tokens sent to each expert (E,).
 `moe_param_counts(...)` returns a model's total and active parameters; `use_moe(model, n_experts, top_k)` swaps every
-block's feed-forward network of a `GPT` for an MoE layer and `collect_router_logits(model)` gathers their router
+block's feed-forward network of a `GPT` for an MoE layer (initialised by chapter 6's `gpt2_init`) and `collect_router_logits(model)` gathers their router
 logits. `copy_from_mixtral(moe, block)` and `copy_to_mixtral(moe, block)` move weights to and from Hugging Face's
 `MixtralSparseMoeBlock`.
 
@@ -28,14 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .blocks import ACTIVATIONS, FeedForward
-from .lm_head import GPT
+from .blocks import MLP_ACTIVATIONS, SwiGLUFeedForward, make_mlp
+from .lm_head import GPT, gpt2_init
 from .multihead import _check_input_dtype
 
 # %% auto #0
-__all__ = ['EXPERT_ACTIVATIONS', 'TopKRouter', 'SwiGLUFeedForward', 'make_expert', 'MoEFeedForward', 'copy_from_mixtral',
-           'copy_to_mixtral', 'expert_usage', 'load_balancing_loss', 'moe_param_counts', 'use_moe',
-           'collect_router_logits']
+__all__ = ['EXPERT_ACTIVATIONS', 'TopKRouter', 'make_expert', 'MoEFeedForward', 'copy_from_mixtral', 'copy_to_mixtral',
+           'expert_usage', 'load_balancing_loss', 'moe_param_counts', 'use_moe', 'collect_router_logits']
 
 # %% ../nbs/10_moe.ipynb #60fdc046
 def _check_size(name: str, n) -> None:
@@ -87,30 +85,7 @@ class TopKRouter(nn.Module):
         return logits, weights, indices
 
 # %% ../nbs/10_moe.ipynb #6ddc3ab3
-class SwiGLUFeedForward(nn.Module):
-    """Gated feed-forward network w2(SiLU(w1 x) ⊙ w3 x) (Shazeer 2020; Mixtral's expert, Jiang et al. 2024).
-    Raises `ValueError` for a d_model or d_ff that is not a positive int."""
-    def __init__(self, d_model: int, # model width D
-                 d_ff: int, # hidden width F
-                 dropout: float = 0.0, # dropout on the output
-                 bias: bool = False, # biases in the three layers (Mixtral: none)
-                ):
-        super().__init__()
-        _check_size("d_model", d_model)
-        _check_size("d_ff", d_ff)
-        self.w1 = nn.Linear(d_model, d_ff, bias=bias)  # gate projection: D -> F
-        self.w3 = nn.Linear(d_model, d_ff, bias=bias)  # up projection: D -> F
-        self.w2 = nn.Linear(d_ff, d_model, bias=bias)  # down projection: F -> D
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor, # (..., D)
-               ) -> Tensor: # (..., D)
-        "(..., D) -> (..., F) -> (..., D), each position independently; `TypeError` if x's dtype is not the weights'"
-        if not isinstance(x, Tensor): raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        _check_input_dtype(x, self.w1.weight)
-        return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))  # (..., F) ⊙ (..., F) -> (..., D)
-
-EXPERT_ACTIVATIONS = (*ACTIVATIONS, "swiglu")
+EXPERT_ACTIVATIONS = MLP_ACTIVATIONS  # an expert is any of chapter 4's feed-forward networks
 
 def make_expert(d_model: int, # model width D
                 d_ff: int, # hidden width F of the expert
@@ -118,11 +93,8 @@ def make_expert(d_model: int, # model width D
                 dropout: float = 0.0, # dropout on the expert's output
                 bias: bool = False, # biases in the expert's layers
                ) -> nn.Module: # (..., D) -> (..., D)
-    "One expert: a `SwiGLUFeedForward` for activation='swiglu', else chapter 4's `FeedForward`. `ValueError` for other names."
-    if activation not in EXPERT_ACTIVATIONS:
-        raise ValueError(f"activation={activation!r} is not one of {sorted(EXPERT_ACTIVATIONS)}")
-    if activation == "swiglu": return SwiGLUFeedForward(d_model, d_ff, dropout=dropout, bias=bias)
-    return FeedForward(d_model, d_ff, dropout=dropout, bias=bias, activation=activation)
+    "One expert: chapter 4's `make_mlp` with Mixtral's defaults (SwiGLU, no biases). `ValueError` for other names."
+    return make_mlp(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
 
 # %% ../nbs/10_moe.ipynb #dc0f44bc
 class MoEFeedForward(nn.Module):
@@ -311,10 +283,7 @@ def use_moe(model: GPT, # a chapter 6 GPT; modified in place
         old = next(block.mlp.parameters())
         moe = MoEFeedForward(c.d_model, c.d_ff if d_ff is None else d_ff, n_experts, top_k, dropout=c.dropout,
                              bias=c.bias, activation=c.activation if activation is None else activation)
-        moe.apply(GPT._init_weights)
-        for name, p in moe.named_parameters():
-            if name.endswith(("proj.weight", "w2.weight")):  # the experts' output layers, as GPT does for mlp.proj
-                nn.init.normal_(p, mean=0.0, std=0.02 / (2 * c.n_layers) ** 0.5)
+        gpt2_init(moe, c.n_layers)  # the experts' output layers scaled as GPT does for mlp.proj
         block.mlp = moe.to(device=old.device, dtype=old.dtype)
     return model
 

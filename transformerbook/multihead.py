@@ -2,8 +2,10 @@
 
 **In the package** (`transformerbook.multihead`): `MultiHeadAttention(d_model, n_heads)` maps (B, T, d_model) to
 (B, T, d_model) with n_heads heads of size d_head = d_model // n_heads; `fused=True` calls torch's fused attention
-kernel instead of the book's code. For generation, a `KVCache` holds one `LayerKVCache` per layer: the keys and
-values of every position seen so far, shape (B, n_heads, S, d_head), extended by each new step.
+kernel instead of the book's code; `n_kv_heads` < n_heads shares each key/value head among several query heads
+(grouped-query attention) and `qk_norm=True` RMS-normalises each head's queries and keys. For generation, a `KVCache`
+holds one `LayerKVCache` per layer: the keys and values of every position seen so far, shape (B, n_kv_heads, S,
+d_head), extended by each new step.
 
 Docs: https://transformerbook.github.io/transformerbook/multihead.html.md"""
 
@@ -11,6 +13,8 @@ Docs: https://transformerbook.github.io/transformerbook/multihead.html.md"""
 
 # %% ../nbs/03_multihead.ipynb #9e00df16
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -73,10 +77,12 @@ class KVCache:
 
     @property
     def n_bytes(self) -> int:
-        "Memory held by the cached tensors, in bytes (2 · n_layers · B · S · d_model · bytes per element)."
+        "Memory held by the cached tensors, in bytes (2 · n_layers · B · S · n_kv_heads · d_head · bytes per element)."
         return sum(t.numel() * t.element_size() for l in self.layers for t in (l.k, l.v) if t is not None)
 
 # %% ../nbs/03_multihead.ipynb #083bff9c
+_SDPA_GQA = torch.__version__ >= "2.5"  # scaled_dot_product_attention(enable_gqa=True) exists from torch 2.5
+
 def _autocast_enabled(device_type: str) -> bool:
     "Is torch.autocast on for this device type? (The one-argument form is newer than some torch versions we support.)"
     try: return torch.is_autocast_enabled(device_type)
@@ -90,70 +96,96 @@ def _check_input_dtype(x: Tensor, weight: Tensor) -> None:
 
 # %% ../nbs/03_multihead.ipynb #d7722620
 class MultiHeadAttention(nn.Module):
-    """Multi-head self-attention (J&M eqs. 10.17-10.19; Vaswani et al. 2017 §3.2.2).
+    """Multi-head self-attention (J&M eqs. 10.17-10.19; Vaswani et al. 2017 §3.2.2), optionally with fewer key/value
+    heads (grouped-query attention, Ainslie et al. 2023; multi-query for n_kv_heads=1, Shazeer 2019) and RMS-normalised
+    queries and keys (QK-norm, as in Qwen3 and OLMo 2).
 
-    Each of the `n_heads` heads attends with its own d_head = d_model / n_heads dimensional slice of the
-    q/k/v projections; the heads' outputs are concatenated and projected by `out_proj` (W_O).
-    Parameters: 4·d_model² weights + 4·d_model biases (if `bias`), whatever n_heads is.
-    Raises `ValueError` if n_heads does not divide d_model."""
+    Each of the `n_heads` heads attends with its own d_head-dimensional slice of the q projection; the keys and values
+    come from `n_kv_heads` heads, each shared by n_heads / n_kv_heads query heads. The heads' outputs are
+    concatenated and projected by `out_proj` (W_O). With the defaults (n_kv_heads = n_heads, d_head = d_model /
+    n_heads): 4·d_model² weights + 4·d_model biases (if `bias`), whatever n_heads is. Raises `ValueError` if n_heads
+    does not divide d_model (when d_head is not given) or n_kv_heads does not divide n_heads."""
     def __init__(self,
                  d_model: int, # model width D
-                 n_heads: int, # number of heads H; must divide d_model
+                 n_heads: int, # number of query heads H; must divide d_model unless d_head is given
                  dropout: float = 0.0, # dropout on attention weights and on the output
-                 bias: bool = True, # biases in the four projections (GPT-2: True)
+                 bias: bool = True, # biases in the four projections (GPT-2: True; Llama, Qwen3: False)
                  fused: bool = False, # use torch's fused scaled_dot_product_attention (same maths, faster)
+                 n_kv_heads: int | None = None, # key/value heads KV, dividing H; None = H (multi-head), 1 = multi-query
+                 d_head: int | None = None, # per-head width Dh; None = d_model // n_heads
+                 qk_norm: bool = False, # RMSNorm over each head's queries and keys (Qwen3); torch's nn.RMSNorm
+                 qk_norm_eps: float = 1e-6, # ε of those RMSNorms
                 ):
         super().__init__()
-        for name, n in (("d_model", d_model), ("n_heads", n_heads)):
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        for name, n in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                 raise ValueError(f"{name}={n!r} must be a positive int")
-        if d_model % n_heads != 0:
+        if d_head is None and d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        if n_heads % n_kv_heads != 0:
+            raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}: each key/value head "
+                             f"must serve the same number of query heads")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_head = d_model // n_heads if d_head is None else d_head
         self.dropout, self.fused = dropout, fused
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W_Q of all heads side by side: (D, H·Dh)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W_K
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W_V
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O: (H·Dh, D)
+        H, KV, Dh = n_heads, n_kv_heads, self.d_head
+        self.q_proj = nn.Linear(d_model, H * Dh, bias=bias)  # W_Q of all heads side by side: (D, H·Dh)
+        self.k_proj = nn.Linear(d_model, KV * Dh, bias=bias)  # W_K: (D, KV·Dh)
+        self.v_proj = nn.Linear(d_model, KV * Dh, bias=bias)  # W_V: (D, KV·Dh)
+        self.out_proj = nn.Linear(H * Dh, d_model, bias=bias)  # W_O: (H·Dh, D)
+        self.q_norm = nn.RMSNorm(Dh, eps=qk_norm_eps) if qk_norm else None  # chapter 4 builds RMSNorm from scratch
+        self.k_norm = nn.RMSNorm(Dh, eps=qk_norm_eps) if qk_norm else None
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
-        "(B, T, D) -> (B, H, T, Dh): head i gets features i·Dh .. (i+1)·Dh - 1 of every position"
+        "(B, T, n·Dh) -> (B, n, T, Dh): head i gets features i·Dh .. (i+1)·Dh - 1 of every position"
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, T, H, Dh) -> (B, H, T, Dh)
+        return x.view(B, T, -1, self.d_head).transpose(1, 2)  # (B, T, n, Dh) -> (B, n, T, Dh)
 
     def merge_heads(self, x: Tensor) -> Tensor:
-        "(B, H, T, Dh) -> (B, T, D): concatenate the heads, head_1 ⊕ ... ⊕ head_H (J&M eq. 10.19)"
-        B, _, T, _ = x.shape
-        return x.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, H, Dh) -> (B, T, D)
+        "(B, H, T, Dh) -> (B, T, H·Dh): concatenate the heads, head_1 ⊕ ... ⊕ head_H (J&M eq. 10.19)"
+        B, H, T, Dh = x.shape
+        return x.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, H, Dh) -> (B, T, H·Dh)
 
     def forward(self,
                 x: Tensor, # (B, T, D) float
                 mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
-                kv_cache: LayerKVCache | None = None, # this layer's cache; the new keys/values are appended
+                layer_cache: LayerKVCache | None = None, # this layer's cache; the new keys/values are appended
+                rotate: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None, # (q, k) -> (q, k), e.g. rotary
+                validate_mask: bool = True, # False when the caller (a GPT) has checked the mask once for all layers
                ) -> Tensor: # (B, T, D)
-        "Attend over the T new positions (and the cached ones); raises `TypeError`/`ValueError` for a bad x or mask."
+        """Attend over the T new positions (and the cached ones). `rotate` acts on the new queries and keys before
+        they are cached (chapter 5's rotary embedding). Raises `TypeError`/`ValueError` for a bad x or mask."""
         if not isinstance(x, Tensor) or not x.is_floating_point():
             raise TypeError(f"x must be a floating-point torch.Tensor, got "
                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
         _check_input_dtype(x, self.q_proj.weight)
-        q = self.split_heads(self.q_proj(x))  # (B, T, D) -> (B, H, T, Dh)
-        k = self.split_heads(self.k_proj(x))  # (B, H, T, Dh)
-        v = self.split_heads(self.v_proj(x))  # (B, H, T, Dh)
-        if mask is not None:  # checked before the cache is touched, so a bad call leaves the cache as it was
-            S = x.shape[1] + (len(kv_cache) if kv_cache is not None else 0)
+        if mask is not None and validate_mask:  # before the cache is touched, so a bad call leaves it as it was
+            S = x.shape[1] + (len(layer_cache) if layer_cache is not None else 0)
             check_mask(mask, torch.Size((x.shape[0], self.n_heads, x.shape[1], S)))  # the same check as chapter 1's
-        if kv_cache is not None:
-            k, v = kv_cache.update(k, v)  # (B, H, S, Dh), S = cached + T
-        if self.fused:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                 dropout_p=self.dropout if self.training else 0.0)
+        q = self.split_heads(self.q_proj(x))  # (B, T, H·Dh) -> (B, H, T, Dh)
+        k = self.split_heads(self.k_proj(x))  # (B, KV, T, Dh)
+        v = self.split_heads(self.v_proj(x))  # (B, KV, T, Dh)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # each head's vectors RMS-normalised (Qwen3), before the rotation
+        if rotate is not None:
+            q, k = rotate(q, k)  # positions enter here, as rotations (chapter 5)
+        if layer_cache is not None:
+            k, v = layer_cache.update(k, v)  # (B, KV, S, Dh), S = cached + T: the cache holds KV heads, not H
+        grouped = self.n_kv_heads != self.n_heads
+        if grouped and not (self.fused and _SDPA_GQA):  # each key/value head serves H / KV consecutive query heads
+            k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (B, KV, S, Dh) -> (B, H, S, Dh)
+            v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+        if self.fused:  # torch's kernel; with GQA it reads each key/value head for its query heads without copying
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+                                                 **({"enable_gqa": True} if grouped and _SDPA_GQA else {}))
             if mask is not None:  # a query with no allowed key outputs 0 (torch >= 2.5 does so too; older gave NaN)
                 out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         else:
             weights = self.attn_dropout(attention_weights(q, k, mask))  # (B, H, T, S)
             out = weights @ v  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
-        return self.resid_dropout(self.out_proj(self.merge_heads(out)))  # (B, T, D)
+        return self.resid_dropout(self.out_proj(self.merge_heads(out)))  # (B, T, H·Dh) -> (B, T, D)

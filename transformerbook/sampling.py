@@ -217,16 +217,18 @@ def generate(model: nn.Module, # a `GPT` (anything with `.config.context_length`
     return ids
 
 # %% ../nbs/07_sampling.ipynb #cac67dc3
-def kv_cache_bytes(config, # a `GPTConfig` (uses n_layers and d_model)
+def kv_cache_bytes(config, # a `GPTConfig` (uses n_layers, n_kv_heads and d_head)
                    n_tokens: int, # T, cached positions per sequence
                    batch_size: int = 1, # B
                    dtype: torch.dtype = torch.float32, # element type of the cached keys and values
                   ) -> int: # bytes
-    "Memory of a full KV cache: 2 · n_layers · B · T · d_model · bytes per element (keys and values of every layer)."
+    """Memory of a full KV cache: 2 · n_layers · B · T · n_kv_heads · d_head · bytes per element (keys and values of every
+    layer); = 2 · n_layers · B · T · d_model for multi-head attention, n_heads / n_kv_heads times less with GQA."""
     for name, n in (("n_tokens", n_tokens), ("batch_size", batch_size)):
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise ValueError(f"{name}={n!r} must be an int >= 0")
-    return 2 * config.n_layers * batch_size * n_tokens * config.d_model * torch.empty((), dtype=dtype).element_size()
+    width = config.n_kv_heads * config.d_head  # keys (and values) per token per layer; d_model without GQA
+    return 2 * config.n_layers * batch_size * n_tokens * width * torch.empty((), dtype=dtype).element_size()
 
 # %% ../nbs/07_sampling.ipynb #d33316c0
 @torch.no_grad()

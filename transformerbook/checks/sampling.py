@@ -190,8 +190,8 @@ def check_kv_cache_update(cls: type, # your class: cls() has update(k, v) -> (al
     with torch.no_grad():
         full = mha(x, mask=mask)  # (B, T, D)
         cache = call_learner(cls, what="cls()")
-        steps = [call_learner(lambda: mha(x[:, t:t + 1], kv_cache=cache),  # one query at a time, all cached keys
-                              what=f"attention at step {t} with your cache as kv_cache") for t in range(5)]
+        steps = [call_learner(lambda: mha(x[:, t:t + 1], layer_cache=cache),  # one query at a time, all cached keys
+                              what=f"attention at step {t} with your cache as layer_cache") for t in range(5)]
     assert_tensors_close(torch.cat(steps, 1), full, "attention computed one token at a time with your cache",
                          hint="each step's query must see the keys and values of every earlier step.")
 

@@ -1,0 +1,327 @@
+"""Chapter 12: the modern pieces against Hugging Face (RMSNorm, rotary, SwiGLU, GQA, QK-norm), the switchable GPT's
+parity with random LlamaForCausalLM / Qwen3ForCausalLM models (logits, every gradient, greedy generation), the
+checkpoint loader, the errors that name values, the KV-cache formula, the checkers' meta-tests and a cheap slice of
+the ablation experiment."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
+from transformers.utils import logging as hf_logging
+
+from transformerbook.blocks import FeedForward, RMSNorm, SwiGLUFeedForward, TransformerBlock, make_mlp, make_norm
+from transformerbook.checks.modern import META_CASES
+from transformerbook.data import load_result
+from transformerbook.embeddings import RotaryEmbedding, apply_rotary, rotary_frequencies
+from transformerbook.lm_head import GPT, GPTConfig, gpt2_init
+from transformerbook.modern import config_from_llama, from_pretrained_llama, load_llama_state_dict
+from transformerbook.multihead import KVCache, LayerKVCache, MultiHeadAttention
+from transformerbook.masking import causal_mask
+from transformerbook.sampling import generate, kv_cache_bytes
+
+hf_logging.set_verbosity_error()
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+           "original_max_position_embeddings": 16}
+
+
+def random_hf(kind: str, n_kv_heads: int = 2, tie: bool = False, seed: int = 0) -> nn.Module:
+    "A random float64 Llama (optionally with Llama 3.1 scaling) or Qwen3 (QK-norm, head_dim 32), norm gains not 1."
+    torch.manual_seed(seed)
+    common = dict(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=n_kv_heads, max_position_embeddings=64, tie_word_embeddings=tie)
+    if kind == "llama":
+        hf = LlamaForCausalLM(LlamaConfig(**common, rms_norm_eps=1e-5))
+    elif kind == "llama3":
+        hf = LlamaForCausalLM(LlamaConfig(**common, rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=dict(LLAMA31)))
+    else:
+        hf = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=32, rms_norm_eps=1e-6))
+    hf = hf.double().eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name: p.uniform_(0.5, 1.5)
+    return hf
+
+
+def ours_from(hf: nn.Module) -> GPT:
+    return load_llama_state_dict(GPT(config_from_llama(hf.config)).to(hf.dtype), hf.state_dict()).eval()
+
+
+# ---------------------------------------------------------------- the pieces
+def test_rms_norm_equals_torch_and_hugging_face():
+    torch.manual_seed(0)
+    x = torch.randn(4, 9, 24, dtype=torch.float64) * 3 + 1
+    ours = RMSNorm(24, eps=1e-6).double()
+    with torch.no_grad(): ours.weight.uniform_(0.5, 1.5)
+    for ref in (nn.RMSNorm(24, eps=1e-6).double(), LlamaRMSNorm(24, eps=1e-6).double()):
+        ref.load_state_dict(ours.state_dict())
+        torch.testing.assert_close(ours(x), ref(x), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(ours(x), nn.functional.rms_norm(x, (24,), ours.weight, 1e-6))
+
+
+def test_rms_norm_errors_and_make_norm():
+    with pytest.raises(ValueError, match="d_model=0 must be a positive int"): RMSNorm(0)
+    with pytest.raises(ValueError, match="last dimension of x must be d_model=8"): RMSNorm(8)(torch.randn(2, 7))
+    with pytest.raises(TypeError, match="floating-point"): RMSNorm(8)(torch.ones(2, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match="normalization='batch'"): make_norm("batch", 8)
+    assert isinstance(make_norm("rms", 8), RMSNorm) and not hasattr(make_norm("rms", 8), "bias")
+
+
+@settings(max_examples=40, deadline=None)
+@given(i=st.integers(0, 5000), j=st.integers(0, 5000), s=st.integers(0, 5000), seed=st.integers(0, 2**16),
+       d_head=st.sampled_from([2, 8, 64]))
+def test_rotary_score_depends_only_on_the_offset(i, j, s, seed, d_head):
+    "RoFormer eq. 16 in float64: score(i, j) = score(i + s, j + s)."
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(d_head, generator=g, dtype=torch.float64), torch.randn(d_head, generator=g, dtype=torch.float64)
+    omega = rotary_frequencies(d_head)
+
+    def rot(x, t):
+        a = torch.cat([t * omega, t * omega])
+        return apply_rotary(x, a.cos(), a.sin())
+
+    torch.testing.assert_close((rot(q, i) * rot(k, j)).sum(), (rot(q, i + s) * rot(k, j + s)).sum(), atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("theta,scaling", [(10000.0, None), (500000.0, None), (500000.0, LLAMA31)])
+def test_rotary_equals_hugging_face(theta, scaling):
+    cfg = LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=64, rope_theta=theta,
+                      rope_scaling=None if scaling is None else dict(scaling))
+    hf_rope = LlamaRotaryEmbedding(cfg)
+    torch.testing.assert_close(rotary_frequencies(16, theta, scaling).float(), hf_rope.inv_freq)
+    q, k, pos = torch.randn(2, 4, 50, 16), torch.randn(2, 2, 50, 16), torch.arange(50)[None].expand(2, 50)
+    cos, sin = hf_rope(q, pos)
+    ours = RotaryEmbedding(16, 64, base=theta, scaling=scaling)
+    for a, b in zip(ours(q, k, pos), apply_rotary_pos_emb(q, k, cos, sin)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_rotary_errors_name_the_values():
+    with pytest.raises(ValueError, match="d_head=7 must be a positive even int"): RotaryEmbedding(7, 8)
+    with pytest.raises(ValueError, match="position 8 is beyond the rotary table's context_length=8"):
+        RotaryEmbedding(4, 8)(torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4), torch.tensor([7, 8]))
+    with pytest.raises(ValueError, match="only rope_type='llama3'"): rotary_frequencies(8, scaling={"rope_type": "yarn"})
+    with pytest.raises(ValueError, match="needs an even d_head, got d_head=5"):
+        GPTConfig(d_model=20, n_heads=4, positional="rotary")
+    model = GPT(GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=2, n_layers=1, positional="rotary"))
+    with pytest.raises(ValueError, match="exceeds context_length=8"): model(torch.zeros(1, 9, dtype=torch.long))
+
+
+def test_swiglu_parity_of_parameters_and_hugging_face_mlp():
+    for d in (48, 96, 384):
+        assert sum(p.numel() for p in SwiGLUFeedForward(d, 8 * d // 3).parameters()) == \
+               sum(p.numel() for p in FeedForward(d, 4 * d, bias=False).parameters())
+    mlp = LlamaForCausalLM(LlamaConfig(vocab_size=10, hidden_size=24, intermediate_size=40, num_hidden_layers=1,
+                                       num_attention_heads=4)).model.layers[0].mlp
+    ours = SwiGLUFeedForward(24, 40)
+    with torch.no_grad():
+        for a, b in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")): getattr(ours, a).weight.copy_(getattr(mlp, b).weight)
+    x = torch.randn(3, 24)
+    torch.testing.assert_close(ours(x), mlp(x))
+    with pytest.raises(ValueError, match="activation='swish'"): make_mlp(8, 8, activation="swish")
+
+
+@pytest.mark.parametrize("n_kv_heads", [1, 2, 4])
+def test_gqa_cache_shrinks_and_stays_exact(n_kv_heads):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4, n_kv_heads=n_kv_heads, qk_norm=True)
+    x, cache = torch.randn(2, 7, 32), LayerKVCache()
+    steps = [mha(x[:, :3], mask=causal_mask(3), layer_cache=cache)]
+    steps += [mha(x[:, t:t + 1], mask=causal_mask(1, t + 1), layer_cache=cache) for t in range(3, 7)]
+    torch.testing.assert_close(torch.cat(steps, 1), mha(x, mask=causal_mask(7)))
+    assert cache.k.shape == (2, n_kv_heads, 7, 8)
+    with pytest.raises(ValueError, match="n_heads=4 is not divisible by n_kv_heads=3"): MultiHeadAttention(32, 4, n_kv_heads=3)
+
+
+def test_gqa_equals_mha_with_repeated_key_value_heads():
+    torch.manual_seed(0)
+    gqa, mha = MultiHeadAttention(16, 4, n_kv_heads=2), MultiHeadAttention(16, 4)
+    with torch.no_grad():
+        for name in ("q_proj", "out_proj"): getattr(mha, name).load_state_dict(getattr(gqa, name).state_dict())
+        for name in ("k_proj", "v_proj"):
+            getattr(mha, name).weight.copy_(getattr(gqa, name).weight.view(2, 4, 16).repeat_interleave(2, 0).reshape(16, 16))
+            getattr(mha, name).bias.copy_(getattr(gqa, name).bias.view(2, 4).repeat_interleave(2, 0).reshape(16))
+    x = torch.randn(2, 6, 16)
+    torch.testing.assert_close(gqa(x, mask=causal_mask(6)), mha(x, mask=causal_mask(6)))
+
+
+@pytest.mark.parametrize("n_kv_heads,dtype", [(8, torch.float32), (2, torch.float32), (1, torch.float64)])
+def test_kv_cache_bytes_measured_on_the_model_equal_the_formula(n_kv_heads, dtype):
+    cfg = GPTConfig(vocab_size=30, context_length=32, d_model=32, n_heads=8, n_kv_heads=n_kv_heads, n_layers=3,
+                    positional="rotary", normalization="rms", activation="swiglu", bias=False)
+    model, cache = GPT(cfg).to(dtype).eval(), KVCache(3)
+    with torch.no_grad():
+        model(torch.randint(0, 30, (2, 9)), kv_cache=cache)
+        model(torch.randint(0, 30, (2, 1)), kv_cache=cache)
+    assert cache.n_bytes == kv_cache_bytes(cfg, 10, 2, dtype) == 2 * 3 * n_kv_heads * 4 * 10 * 2 * (4 if dtype == torch.float32 else 8)
+
+
+def test_llama3_kv_table_from_configs():
+    for layers, heads, hidden, per_token in ((32, 32, 4096, 131072), (80, 64, 8192, 327680)):
+        cfg = config_from_llama(dict(model_type="llama", vocab_size=128256, hidden_size=hidden, intermediate_size=4 * hidden,
+                                     num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=8,
+                                     rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=8192))
+        assert kv_cache_bytes(cfg, 1, dtype=torch.bfloat16) == per_token
+        assert kv_cache_bytes(replace(cfg, n_kv_heads=heads), 1, dtype=torch.bfloat16) == per_token * heads // 8
+
+
+# ---------------------------------------------------------------- one model with switches
+@pytest.mark.parametrize("kind,n_kv_heads,tie", [("llama", 2, False), ("llama", 4, True), ("llama3", 1, False),
+                                                  ("qwen3", 2, True), ("qwen3", 1, False)])
+def test_logits_and_every_gradient_equal_hugging_face(kind, n_kv_heads, tie):
+    hf = random_hf(kind, n_kv_heads, tie)
+    ours = ours_from(hf)
+    assert ours.n_params() == hf.num_parameters()
+    token_ids = torch.randint(0, 101, (2, 30), generator=torch.Generator().manual_seed(1))
+    a, b = ours(token_ids), hf(token_ids).logits
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    targets = token_ids.roll(-1, 1).flatten()
+    F.cross_entropy(a.flatten(0, 1), targets).backward()
+    F.cross_entropy(b.flatten(0, 1), targets).backward()
+    theirs = dict(hf.named_parameters())
+    names = {"embeddings.token.weight": "model.embed_tokens.weight", "ln_f.weight": "model.norm.weight",
+             "lm_head.weight": "lm_head.weight"}
+    for i in range(2):
+        names |= {f"blocks.{i}.ln_1.weight": f"model.layers.{i}.input_layernorm.weight",
+                  f"blocks.{i}.ln_2.weight": f"model.layers.{i}.post_attention_layernorm.weight",
+                  **{f"blocks.{i}.attn.{o}.weight": f"model.layers.{i}.self_attn.{t}.weight"
+                     for o, t in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"), ("out_proj", "o_proj"),
+                                  ("q_norm", "q_norm"), ("k_norm", "k_norm"))},
+                  **{f"blocks.{i}.mlp.{o}.weight": f"model.layers.{i}.mlp.{t}.weight"
+                     for o, t in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj"))}}
+    checked = 0
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, theirs[names[name]].grad, atol=1e-6, rtol=1e-5, msg=name)
+        checked += 1
+    assert checked == len(list(ours.parameters())) and checked >= 18
+
+
+@pytest.mark.parametrize("kind", ["llama", "llama3", "qwen3"])
+def test_greedy_generation_matches_hugging_face(kind):
+    hf = random_hf(kind).float()
+    ours = ours_from(hf)
+    prompt = torch.randint(0, 101, (1, 7), generator=torch.Generator().manual_seed(2))
+    want = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=40, min_new_tokens=40,
+                       do_sample=False, pad_token_id=0)
+    assert torch.equal(generate(ours, prompt, 40, temperature=0), want)
+    assert torch.equal(generate(ours, prompt, 40, temperature=0, use_kv_cache=False), want)
+
+
+@pytest.mark.parametrize("kind,tie", [("llama", False), ("qwen3", True)])
+def test_loader_reads_a_saved_checkpoint(kind, tie, tmp_path):
+    hf = random_hf(kind, tie=tie).float()
+    hf.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    ours = from_pretrained_llama(tmp_path, local_files_only=True)
+    token_ids = torch.randint(0, 101, (2, 12))
+    with torch.no_grad(): torch.testing.assert_close(ours(token_ids), hf(token_ids).logits, atol=1e-5, rtol=1e-5)
+    assert ours.config.tie_weights == tie and (ours.lm_head.weight is ours.embeddings.token.weight) == tie
+    short = from_pretrained_llama(tmp_path, context_length=16)
+    assert short.config.context_length == 16 and short.rotary.cos.shape == (16, short.config.d_head)
+
+
+def test_loader_and_config_errors_name_the_problem():
+    hf = random_hf("qwen3")
+    cfg = config_from_llama(hf.config)
+    sd = hf.state_dict()
+    with pytest.raises(ValueError, match="no tensor 'layers.0.self_attn.k_norm.weight'"):
+        load_llama_state_dict(GPT(cfg), {k: v for k, v in sd.items() if k != "model.layers.0.self_attn.k_norm.weight"})
+    with pytest.raises(ValueError, match="does not use"):
+        load_llama_state_dict(GPT(cfg), sd | {"model.layers.7.mlp.up_proj.weight": torch.zeros(1)})
+    with pytest.raises(ValueError, match=r"layers.1.self_attn.k_proj.weight has shape \(128, 64\), expected \(64, 64\)"):
+        load_llama_state_dict(GPT(cfg), sd | {"model.layers.1.self_attn.k_proj.weight": torch.zeros(128, 64)})
+    with pytest.raises(ValueError, match="model_type='mixtral'"): config_from_llama({"model_type": "mixtral"})
+    with pytest.raises(ValueError, match="hidden_act='gelu'"): config_from_llama({**hf.config.to_dict(), "hidden_act": "gelu"})
+    with pytest.raises(ValueError, match="use_sliding_window=True"): config_from_llama({**hf.config.to_dict(), "use_sliding_window": True})
+    with pytest.raises(OSError, match="is not a local folder"): from_pretrained_llama("/no/such/folder", local_files_only=True)
+
+
+def test_gpt2_configs_and_checkpoints_are_unchanged():
+    "The switches default to GPT-2's choices and leave GPT-2's dict (and so checkpoints and cache keys) as before."
+    d = GPTConfig.gpt2_small().to_dict()
+    assert set(d) == {"vocab_size", "context_length", "d_model", "n_heads", "n_layers", "d_ff", "dropout", "bias", "norm",
+                      "tie_weights", "activation", "positional", "layer_norm_eps", "fused"}
+    modern = GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=4, n_kv_heads=2, n_layers=1, qk_norm=True)
+    assert GPTConfig.from_dict(modern.to_dict()) == modern and modern.to_dict()["n_kv_heads"] == 2
+    torch.manual_seed(0)
+    a = GPT(GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=4, n_layers=2))
+    torch.manual_seed(0)
+    b = GPT(GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=4, n_layers=2))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_gpt2_init_scales_residual_projections_for_every_mlp():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=10, context_length=8, d_model=64, n_heads=4, n_layers=8, activation="swiglu"))
+    std = lambda t: t.std().item()
+    assert abs(std(model.blocks[0].mlp.w2.weight) - 0.02 / math.sqrt(16)) < 0.002
+    assert abs(std(model.blocks[0].attn.out_proj.weight) - 0.02 / math.sqrt(16)) < 0.002
+    assert abs(std(model.blocks[0].mlp.w1.weight) - 0.02) < 0.002
+    block = gpt2_init(TransformerBlock(64, 4), n_layers=50)
+    assert abs(std(block.mlp.proj.weight) - 0.02 / 10) < 0.001 and block.ln_1.weight.eq(1).all()
+
+
+def test_blocks_take_keyword_arguments_only_after_n_heads():
+    with pytest.raises(TypeError): TransformerBlock(16, 4, 64)
+    assert TransformerBlock(16, 4, d_ff=64, normalization="rms", activation="swiglu", n_kv_heads=2).mlp.w1.out_features == 64
+
+
+def test_mask_is_checked_once_per_model_call(monkeypatch):
+    import transformerbook.multihead as multihead
+    calls = []
+    original = multihead.check_mask
+    monkeypatch.setattr(multihead, "check_mask", lambda *a: calls.append(1) or original(*a))
+    model = GPT(GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=2, n_layers=4)).eval()
+    model(torch.zeros(2, 5, dtype=torch.long), padding_mask=torch.ones(2, 5, dtype=torch.bool))
+    assert calls == []  # the layers trust the mask the model built and checked
+    MultiHeadAttention(16, 2)(torch.randn(1, 3, 16), mask=causal_mask(3))
+    assert calls == [1]  # a layer called on its own still checks
+
+
+# ---------------------------------------------------------------- checkers and the experiment
+@pytest.mark.parametrize("case", META_CASES, ids=lambda c: c.checker.__name__)
+def test_checkers_pass_the_reference_and_reject_known_mistakes(case, capsys):
+    assert case.checker(case.reference) is True
+    assert capsys.readouterr().out.startswith("PASS")
+    for name, wrong in case.wrong.items():
+        with pytest.raises(AssertionError) as err:
+            case.checker(wrong)
+        assert case.hints[name] in str(err.value), (name, str(err.value))
+
+
+def _experiment():
+    spec = importlib.util.spec_from_file_location("modern_ablation", ROOT / "experiments" / "modern_ablation.py")
+    module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+    return module
+
+
+def test_ablation_variants_keep_the_parameter_count():
+    exp = _experiment()
+    base = exp.n_params(exp.BASE)
+    for name in exp.VARIANTS:
+        assert abs(exp.n_params(exp.matched_config(name)) - base) / base < 0.005, name
+
+
+def test_ablation_slice_reproduces_the_committed_numbers(tmp_path):
+    "Re-run the cheapest committed piece (GPT-2 style, first seed) and compare with the saved result."
+    saved = load_result("modern_ablation")
+    res = saved["results"]
+    steps, seed = res["steps"], saved["seeds"][0]
+    if steps > 400: pytest.skip(f"the committed run used {steps} steps; this slice re-runs at most 400")
+    exp = _experiment()
+    data = exp.load_dataset("tinyshakespeare", "char")
+    torch.set_num_threads(1)
+    again = exp.run_variant("gpt2", seed, steps, data)
+    assert again["val_loss"] == pytest.approx(res["runs"]["gpt2"][0]["val_loss"], abs=1e-4)
+    assert again["n_params"] == res["runs"]["gpt2"][0]["n_params"]
