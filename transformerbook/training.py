@@ -215,8 +215,8 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
                 for split in ("train", "val"):
                     limit = train_left if split == "train" else [None]
                     def chunks():
-                        if split == "val" and len(train_left) > 1: yield train_left.pop()  # text pushed back at the split
-                        for chunk in _read_chunks(fh, limit):
+                        pushed_back = [train_left.pop()] if split == "val" and len(train_left) > 1 else []
+                        for chunk in itertools.chain(pushed_back, _read_chunks(fh, limit)):  # the text cut at the split
                             n = len(chunk.encode("utf-8"))
                             nbytes[split] += n
                             bar.update(n)
