@@ -385,3 +385,211 @@ def test_tinyshakespeare_split_sizes():
 def test_lr_at_rejects_a_negative_step():
     with pytest.raises(ValueError, match="step=-1 must be an int >= 0"):
         lr_at(-1, TrainConfig())
+
+
+# ---------------------------------------------------------------- checkpoint paths, resume rules, short runs
+def test_checkpoint_path_names_a_file_or_a_folder(tmp_path):
+    from transformerbook.training import checkpoint_file
+    model = tiny_model()
+    written = save_checkpoint(tmp_path/"weights.pth", model, None, step=0)  # a name with a suffix: that file
+    assert written == tmp_path/"weights.pth" and written.is_file()
+    written = save_checkpoint(tmp_path/"model.ckpt", model, None, step=0)
+    assert written.is_file() and load_checkpoint(tmp_path/"model.ckpt")["step"] == 0
+    written = save_checkpoint(tmp_path/"run", model, None, step=0)  # a name without a suffix: a run folder
+    assert written == tmp_path/"run"/"ckpt.pt" and written.is_file()
+    (tmp_path/"plain").write_bytes(written.read_bytes())  # an existing file without a suffix is that file
+    assert checkpoint_file(tmp_path/"plain") == tmp_path/"plain" and load_checkpoint(tmp_path/"plain")["step"] == 0
+    (tmp_path/"run.v2").mkdir()  # an existing folder with a suffix is a folder
+    assert save_checkpoint(tmp_path/"run.v2", model, None, step=0) == tmp_path/"run.v2"/"ckpt.pt"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.ckpt", "plain", "run", "run.v2", "weights.pth"]
+
+
+def test_resume_config_is_the_one_rule():
+    from transformerbook.training import RESUMABLE, resume_config
+    saved = TrainConfig(max_iters=100, warmup_iters=10).to_dict()
+    assert resume_config(saved, {"max_iters": 300}).decay_iters == 100
+    assert resume_config(saved, {"lr_decay_iters": None}).lr_decay_iters == 100
+    cfg = resume_config(saved, {"grad_accum_steps": 3, "dtype": "bfloat16", "compile": True, "eval_iters": 5})
+    assert (cfg.grad_accum_steps, cfg.dtype, cfg.compile, cfg.eval_iters) == (3, "bfloat16", True, 5)
+    with pytest.raises(CheckpointError, match=r"'learning_rate': \(0.001, 0.002\)"):
+        resume_config(saved, {"learning_rate": 2e-3})
+    assert set(RESUMABLE) >= {"max_iters", "eval_interval", "eval_iters"}
+
+
+def test_cli_uses_the_training_resume_rule():
+    import inspect
+    import transformerbook.cli as cli
+    src = inspect.getsource(cli)
+    assert "resume_config(" in src and "_RESUMABLE" not in src and 'lr_decay_iters") is None' not in src
+
+
+def test_a_run_shorter_than_its_warmup_shortens_it(capsys):
+    tr, va = tiny_data()
+    history = train(tiny_model(), tr, va, TrainConfig(max_iters=5, batch_size=4, warmup_iters=100, eval_interval=5,
+                                                      eval_iters=1), progress=False)
+    err = capsys.readouterr().err
+    assert len(history.lr) == 5 and "warm-up shortened from 100 to 0 steps" in err and "lr_decay_iters" not in err
+
+
+def test_estimate_loss_restores_mode_after_an_error():
+    model = tiny_model()
+    model.train()
+    with pytest.raises(ValueError):
+        estimate_loss(model, {"val": torch.arange(4)}, 2, 1)  # shorter than the context: get_batch raises
+    assert model.training
+
+
+# ---------------------------------------------------------------- execution: accumulation, precision, compile, device
+def _run(cfg_kw, tmp=None, resume=False, model_seed=0, **kw):
+    tr, va = tiny_data()
+    cfg = TrainConfig(**{**TINY_TRAIN, "batch_size": 8, **cfg_kw})
+    return train(tiny_model(seed=model_seed, **kw), tr, va, cfg, out_dir=tmp, resume=resume, progress=False)
+
+
+def _weights(path):
+    return load_checkpoint(path)["model"]
+
+
+@pytest.mark.parametrize("accum", [2, 4])
+def test_gradient_accumulation_equals_the_large_batch(tmp_path, accum):
+    big = _run({}, tmp_path/"big")
+    sliced = _run({"grad_accum_steps": accum}, tmp_path/"sliced")
+    torch.testing.assert_close(torch.tensor(sliced.iter_loss), torch.tensor(big.iter_loss), rtol=1e-5, atol=0)
+    # atol: k_proj.bias has a zero gradient in exact arithmetic (softmax ignores a constant per row), so float noise of
+    # either summation order is all AdamW sees there; 1e-5 is still 300x below one step's size (lr = 3e-3)
+    torch.testing.assert_close(_weights(tmp_path/"sliced"), _weights(tmp_path/"big"), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="batch_size=8 is not divisible by the number of processes \\(3\\)"):
+        _run({"grad_accum_steps": 3})
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_autocast_on_cpu_trains_and_resumes_exactly(tmp_path, dtype):
+    full = _run({"dtype": dtype})
+    assert full.iter_loss[-1] < full.iter_loss[0] and all(math.isfinite(x) for x in full.iter_loss)
+    assert full.iter_loss != _run({}).iter_loss  # lower precision really ran
+    _run({"dtype": dtype, "max_iters": 3}, tmp_path)
+    ckpt = load_checkpoint(tmp_path)
+    assert (ckpt["scaler"] is not None) == (dtype == "float16")  # float16's loss scale is saved with the run
+    resumed = _run({"dtype": dtype}, tmp_path, resume=True, model_seed=5)
+    assert resumed.iter_loss == full.iter_loss
+
+
+def test_float16_scaler_skips_an_overflowing_step():
+    "The scaler's reason to exist: a float16 gradient that overflows makes it skip the step and lower the scale."
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    before = model.weight.detach().clone()
+    (model(torch.ones(1, 2)).sum() * 1e35).backward()  # * 2^16 overflows float32 too: inf gradients
+    scaler.scale(torch.zeros(())).requires_grad_()  # (the scaler only needs to have been used once)
+    model.weight.grad *= scaler.get_scale()
+    scaler.step(opt)
+    scaler.update()
+    assert torch.equal(model.weight.detach(), before) and scaler.get_scale() < 2.0 ** 16
+
+
+def test_compiled_step_matches_eager():
+    pytest.importorskip("torch._inductor")
+    eager = _run({"max_iters": 2, "eval_interval": 2})
+    try:
+        compiled = _run({"max_iters": 2, "eval_interval": 2, "compile": True})
+    except Exception as e:  # no C++ compiler for inductor's CPU kernels
+        pytest.skip(f"torch.compile cannot build CPU kernels here: {type(e).__name__}: {str(e)[:200]}")
+    torch.testing.assert_close(torch.tensor(compiled.iter_loss), torch.tensor(eager.iter_loss), rtol=1e-4, atol=1e-5)
+
+
+def test_resolve_device():
+    from transformerbook.training import resolve_device
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type in ("cpu", "cuda", "mps")
+    with pytest.raises(ValueError, match="must be auto, cpu, cuda or mps"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device='cuda': no CUDA GPU is available"):
+            resolve_device("cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: trains on cuda, then loads on cpu")
+def test_checkpoint_from_cuda_loads_on_cpu(tmp_path):
+    tr, va = tiny_data()
+    model = tiny_model().cuda()
+    train(model, tr, va, TrainConfig(**TINY_TRAIN), out_dir=tmp_path, progress=False)
+    cpu_model, _ = load_model(tmp_path, "cpu")
+    assert next(cpu_model.parameters()).device.type == "cpu"
+    train(tiny_model(), tr, va, TrainConfig(**{**TINY_TRAIN, "max_iters": 8}), out_dir=tmp_path, resume=True,
+          progress=False)  # and the run resumes on the CPU
+
+
+def test_checkpoint_tensors_are_stored_for_any_device(tmp_path):
+    "A checkpoint is loaded onto the CPU first (map_location) and moved after: no device is baked into it."
+    _run({"max_iters": 3}, tmp_path)
+    ckpt = torch.load(tmp_path/"ckpt.pt", map_location="meta", weights_only=True)  # would fail on a device-bound file?
+    assert ckpt["model"]["lm_head.weight"].device.type == "meta"
+    model, _ = load_model(tmp_path, "cpu")
+    assert next(model.parameters()).device.type == "cpu"
+
+
+# ---------------------------------------------------------------- data at scale
+def test_prepare_data_char_and_gpt2(tmp_path):
+    from transformerbook.tokenization import GPT2Tokenizer
+    from transformerbook.training import load_prepared, prepare_data
+    (tmp_path/"docs").mkdir()
+    texts = ["First document.\nIt has two lines.\n" * 30, "Zweites Dokument: naïve café.\n" * 30]
+    for i, t in enumerate(texts): (tmp_path/"docs"/f"{i}.txt").write_text(t, encoding="utf-8")
+    meta = prepare_data(tmp_path/"docs", tmp_path/"gpt2", "gpt2", progress=False)
+    tok, train_ids, val_ids, _ = load_prepared(tmp_path/"gpt2")
+    gpt2 = GPT2Tokenizer()
+    expected = gpt2.encode(texts[0]) + [50256] + gpt2.encode(texts[1]) + [50256]  # each file ends with <|endoftext|>
+    joined = train_ids.tolist() + val_ids.tolist()
+    assert meta["dtype"] == "uint16" and meta["files"] == 2 and meta["train_bytes"] + meta["val_bytes"] == sum(
+        len(t.encode()) for t in texts)
+    # the split cuts the text once (at 90% of the bytes): away from the cut, the ids are the whole text's
+    assert joined[:len(train_ids) - 5] == expected[:len(train_ids) - 5] and joined[-20:] == expected[-20:]
+    meta = prepare_data(tmp_path/"docs"/"0.txt", tmp_path/"char", "char", val_fraction=0.25, progress=False)
+    tok, train_ids, val_ids, _ = load_prepared(tmp_path/"char")
+    assert tok.decode(train_ids.tolist()) + tok.decode(val_ids.tolist()) == texts[0]
+    assert len(val_ids) == len(texts[0]) - int(len(texts[0]) * 0.75)
+    with pytest.raises(ValueError, match="no such text file"):
+        prepare_data(tmp_path/"nowhere", tmp_path/"x", progress=False)
+    with pytest.raises(ValueError, match="holds no prepared data"):
+        load_prepared(tmp_path)
+
+
+def test_get_batch_from_a_memmap_equals_the_tensor(tmp_path):
+    import numpy as np
+    ids = (torch.arange(1000) * 7 % 50).to(torch.int64)
+    ids.numpy().astype(np.uint16).tofile(tmp_path/"t.bin")
+    mm = np.memmap(tmp_path/"t.bin", dtype=np.uint16, mode="r")
+    a = get_batch(mm, 4, 8, torch.Generator().manual_seed(3))
+    b = get_batch(ids, 4, 8, torch.Generator().manual_seed(3))
+    assert all(torch.equal(x, y) and x.dtype == torch.int64 for x, y in zip(a, b))
+    with pytest.raises(TypeError, match="integer"):
+        get_batch(np.zeros(100, dtype=np.float32), 2, 4)
+
+
+def test_outside_reference_says_one_line(monkeypatch):
+    import transformerbook.data as data
+    from transformerbook.training import outside_reference, reference_band
+    fake = {"results": {"baby-gpt-char": {"steps": [0, 100], "median": [4.0, 2.0], "low": [3.9, 1.9],
+                                          "high": [4.1, 2.1], "runs": {"1": {}, "2": {}, "3": {}}}}}
+    monkeypatch.setattr(data, "load_result", lambda name: fake)
+    assert reference_band("baby-gpt-char", 50) == pytest.approx({"median": 3.0, "low": 2.9, "high": 3.1, "n_seeds": 3})
+    assert outside_reference("baby-gpt-char", 50, 3.0) is None
+    note = outside_reference("baby-gpt-char", 50, 3.5, same_settings=False)
+    assert "above the baby-gpt-char reference band [2.900, 3.100]" in note and "settings differ" in note
+    assert "\n" not in note and reference_band("baby-gpt-char", 500) is None and reference_band("bpe-gpt2", 5) is None
+
+
+def test_bits_per_byte():
+    from transformerbook.training import bits_per_byte
+    assert bits_per_byte(math.log(2), 10, 10) == pytest.approx(1.0)
+    assert bits_per_byte(math.log(2), 10, 40) == pytest.approx(0.25)  # 4 bytes per token
+
+
+def test_cached_run_key_ignores_execution_settings_at_their_defaults():
+    "Models cached before grad_accum_steps / dtype / compile existed must still be found."
+    import inspect
+    from transformerbook import training
+    assert {"grad_accum_steps", "dtype", "compile"} == set(training._EXECUTION)
+    assert all(training._EXECUTION[k] == getattr(TrainConfig(), k) for k in training._EXECUTION)
+    assert "train_key" in inspect.getsource(training.cached_run)

@@ -17,7 +17,7 @@ Modules:
 - `transformerbook.checks.scaling`: The checkers behind the exercises of "Scaling laws": the compute of a training run, spending a budget compute-optimally, and fitting a power law in log space.
 - `transformerbook.checks.tokenization`: Checks for one BPE merge step, BPE training and byte-level decoding; each is tested against known mistakes.
 - `transformerbook.checks.training`: The checkers behind the exercises of "Training a GPT": the language-model loss with padding, packing documents into context windows, and the warm-up + cosine learning-rate schedule.
-- `transformerbook.cli`: `transformerbook train` and `transformerbook sample`: train a GPT on TinyShakespeare (or any text file) with a progress bar and checkpoints, resume it, and generate text from a checkpoint.
+- `transformerbook.cli`: `transformerbook train`, `sample` and `prepare`: train a GPT on TinyShakespeare or your own corpus with a progress bar and checkpoints, on one device or many processes, resume it, and generate text from a checkpoint.
 - `transformerbook.data`: Where the book's real inputs come from, how they are verified and cached, and how to work offline.
 - `transformerbook.embeddings`: Token embeddings as row selection from E, learned and sinusoidal position embeddings, and what the geometry of embedding space encodes (J&M 10.5; notes 19.2; 6.390 11.1).
 - `transformerbook.lm_head`: Unembedding, weight tying, a softmax over the vocabulary, and the whole decoder-only model (J&M 10.6).

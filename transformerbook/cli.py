@@ -1,9 +1,11 @@
-"""`transformerbook train` and `transformerbook sample`: train a GPT on TinyShakespeare (or any text file) with a
-progress bar and checkpoints, resume it, and generate text from a checkpoint.
+"""`transformerbook train`, `sample` and `prepare`: train a GPT on TinyShakespeare or your own corpus with a progress
+bar and checkpoints, on one device or many processes, resume it, and generate text from a checkpoint.
 
-**In the package** (`transformerbook.cli`): `main(argv)` runs `transformerbook train` or `transformerbook sample`
-and returns the exit status (0 on success, 2 for a usage or input error, 1 when training diverged), printing any
-error as one line; `build_parser()` is its argparse parser, whose `--help` documents every option.
+**In the package** (`transformerbook.cli`): `main(argv)` runs `transformerbook train`, `transformerbook sample` or
+`transformerbook prepare` and returns the exit status (0 on success, 2 for a usage or input error, 1 when training
+diverged or a process of a distributed job died), printing any error as one line; `build_parser()` is its argparse
+parser, whose `--help` documents every option. `python -m transformerbook` is the same command, which is how
+`torchrun` launches it.
 
 Docs: https://transformerbook.github.io/transformerbook/cli.html.md"""
 
@@ -13,17 +15,21 @@ Docs: https://transformerbook.github.io/transformerbook/cli.html.md"""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from .data import DataUnavailableError, ChecksumError, train_val_split
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, GPT2Tokenizer
-from .training import (CHECKPOINT_NAME, DATASETS, CheckpointError, TrainConfig, TrainingDivergedError,
-                                      baby_gpt_configs, checkpoint_file, load_checkpoint, load_dataset, load_model,
-                                      train)
+from .training import (CHECKPOINT_NAME, DATASETS, DTYPES, PREPARED_META, PRESETS, RESUMABLE,
+                                      CheckpointError, TrainConfig, TrainingDivergedError, bits_per_byte,
+                                      checkpoint_file, load_checkpoint, load_dataset, load_model, load_prepared,
+                                      outside_reference, prepare_data, preset_configs, resolve_device, resume_config,
+                                      setup_distributed, train)
 
 # %% auto #0
 __all__ = ['build_parser', 'main']
@@ -35,67 +41,116 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 _MODEL_OPTIONS = {"n_layers": int, "n_heads": int, "d_model": int, "context_length": int, "dropout": float}
-_TRAIN_OPTIONS = {"batch_size": int, "learning_rate": float, "min_lr": float, "warmup_iters": int,
-                  "lr_decay_iters": int, "weight_decay": float, "grad_clip": float, "seed": int}
-_RESUMABLE = {"max_iters": int, "eval_interval": int, "eval_iters": int}  # may change when resuming
+_TRAIN_OPTIONS = {"max_iters": int, "eval_interval": int, "eval_iters": int, "batch_size": int, "learning_rate": float,
+                  "min_lr": float, "warmup_iters": int, "lr_decay_iters": int, "weight_decay": float,
+                  "grad_clip": float, "seed": int, "grad_accum_steps": int}
 
 def build_parser() -> argparse.ArgumentParser:
-    "The `transformerbook` argument parser (commands `train` and `sample`)."
-    model_cfg, train_cfg = baby_gpt_configs()
+    "The `transformerbook` argument parser (commands `train`, `sample` and `prepare`)."
+    model_cfg, train_cfg = preset_configs()
     parser = _Parser(prog="transformerbook", description="Train a small GPT and sample from it (transformerbook).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = sub.add_parser("train", help="train a GPT, with a progress bar, periodic validation and checkpoints",
                        description="Train a GPT on a text corpus. Defaults: nanoGPT's CPU baby GPT "
-                                   "(validation loss about 1.88 on character-level TinyShakespeare).")
+                                   "(validation loss about 1.88 on character-level TinyShakespeare). "
+                                   "Data parallel on N processes: torchrun --nproc-per-node N -m transformerbook train ...")
     t.add_argument("--data", default="tinyshakespeare",
-                   help=f"data set: {', '.join(DATASETS)}, or the path of a UTF-8 text file (split 90/10)")
-    t.add_argument("--tokenizer", choices=["char", "gpt2"], default="char",
-                   help="char: one token per character (default); gpt2: GPT-2's byte-pair encoding")
+                   help=f"data set: {', '.join(DATASETS)}, the path of a UTF-8 text file (split 90/10), or a folder "
+                        "made by `transformerbook prepare` (read through numpy.memmap, never loaded whole)")
+    t.add_argument("--preset", choices=PRESETS, default="baby-gpt-char",
+                   help="the recipe whose settings are the defaults and whose reference curves each evaluation is "
+                        "compared with (default baby-gpt-char)")
+    t.add_argument("--tokenizer", choices=["char", "gpt2"], default=None,
+                   help="char: one token per character; gpt2: GPT-2's byte-pair encoding (default: the preset's)")
     t.add_argument("--out", required=True, metavar="DIR", help="folder for the checkpoint DIR/ckpt.pt")
     t.add_argument("--resume", action="store_true", help="continue from DIR's checkpoint, exactly")
     t.add_argument("--force", action="store_true",
                    help="start a new run even if DIR already holds a checkpoint, overwriting it (without --force "
                         "that is refused, so a finished run is never replaced by accident)")
     t.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    g = t.add_argument_group("execution (may change when resuming; chapter 08b)")
+    g.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
+    g.add_argument("--dtype", choices=list(DTYPES), default=None,
+                   help="float32 (default), or autocast to bfloat16 / float16 (float16 with a gradient scaler)")
+    g.add_argument("--compile", action="store_true", default=None, help="run the training step through torch.compile")
     g = t.add_argument_group("model (new runs; a resumed run keeps the checkpoint's)")
     for name, typ in _MODEL_OPTIONS.items():
         g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None,
                        help=f"{name} (default {getattr(model_cfg, name)})")
     g.add_argument("--norm", choices=["pre", "post"], default=None, help="LayerNorm placement (default pre)")
     g = t.add_argument_group("optimisation")
-    for name, typ in {**_RESUMABLE, **_TRAIN_OPTIONS}.items():
-        note = "; may change when resuming" if name in _RESUMABLE else ""
-        default = getattr(train_cfg, name)
-        g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None,
-                       help=f"{name} (default {default if name != 'lr_decay_iters' else 'max_iters of the new run, kept when resuming'}{note})")
+    for name, typ in _TRAIN_OPTIONS.items():
+        note = "; may change when resuming" if name in RESUMABLE else ""
+        default = getattr(train_cfg, name) if name != "lr_decay_iters" else "max_iters of the new run, kept when resuming"
+        extra = "; the batch of one step is computed in N slices, same gradient" if name == "grad_accum_steps" else ""
+        g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None, help=f"{name} (default {default}{extra}{note})")
 
     s = sub.add_parser("sample", help="generate text from a checkpoint",
                        description="Print the prompt followed by generated text; the same seed gives the same text.")
-    s.add_argument("--checkpoint", required=True, metavar="PATH", help="a run folder (DIR/ckpt.pt) or a checkpoint file")
+    s.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="a run folder (PATH/ckpt.pt) or a checkpoint file (any name with a suffix: model.ckpt)")
     s.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     s.add_argument("--max-new-tokens", type=int, default=200, help="number of tokens to generate (default 200)")
     s.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 = greedy (default 1.0)")
     s.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
     s.add_argument("--top-p", type=float, default=None, help="sample within the nucleus of probability mass p")
     s.add_argument("--seed", type=int, default=1337, help="random seed (default 1337)")
+    s.add_argument("--device", default="cpu", help="cpu (default), cuda or mps; a checkpoint from any device loads")
+
+    p = sub.add_parser("prepare", help="tokenize a corpus once into token files for `train --data DIR`",
+                       description="Tokenize a UTF-8 text file, or a folder of .txt files, 1 MB at a time into "
+                                   "DIR/train.bin and DIR/val.bin (first 90%% of the bytes / last 10%%) and "
+                                   f"DIR/{PREPARED_META} (tokenizer, counts, dtype).")
+    p.add_argument("--data", required=True, metavar="PATH", help="a text file or a folder of .txt files")
+    p.add_argument("--tokenizer", choices=["char", "gpt2"], default="char",
+                   help="char: the corpus's characters (default); gpt2: GPT-2's BPE (tiktoken)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the token files")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="share of the bytes for validation (default 0.1)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 
 # %% ../nbs/08a_cli.ipynb #1207593f
 def _load_corpus(data: str, tokenizer: str) -> tuple:
-    "(tokenizer, train_ids, val_ids) for a named data set or a text file."
-    if data in DATASETS: return load_dataset(data, tokenizer)
+    "(tokenizer, train_ids, val_ids, bytes per token of each split) for a data set, a text file or a prepared folder."
     path = Path(data)
-    if not path.is_file():
-        raise ValueError(f"unknown data set {data!r}: use one of {list(DATASETS)} or the path of a text file")
-    text = path.read_text(encoding="utf-8")
-    if not text: raise ValueError(f"the corpus {path} is empty")
-    tok = CharTokenizer.train(text) if tokenizer == "char" else GPT2Tokenizer()
-    train_text, val_text = train_val_split(text, 0.9)
-    return tok, *(torch.tensor(tok.encode(s), dtype=torch.long) for s in (train_text, val_text))
+    if data in DATASETS:
+        tok, train_ids, val_ids = load_dataset(data, tokenizer)
+    elif path.is_dir():
+        tok, train_ids, val_ids, meta = load_prepared(path)
+        if meta["tokenizer"]["kind"] != tokenizer:
+            raise ValueError(f"--data {data} was prepared with --tokenizer {meta['tokenizer']['kind']}, not {tokenizer}")
+        return tok, train_ids, val_ids, (meta["train_bytes"] / meta["train_tokens"], meta["val_bytes"] / meta["val_tokens"])
+    elif path.is_file():
+        text = path.read_text(encoding="utf-8")
+        if not text: raise ValueError(f"the corpus {path} is empty")
+        tok = CharTokenizer.train(text) if tokenizer == "char" else GPT2Tokenizer()
+        train_ids, val_ids = (torch.tensor(tok.encode(s), dtype=torch.long) for s in train_val_split(text, 0.9))
+    else:
+        raise ValueError(f"unknown data set {data!r}: use one of {list(DATASETS)}, a text file or a prepared folder")
+    per_token = tuple(len(tok.decode(ids.tolist()).encode("utf-8")) / max(len(ids), 1) for ids in (train_ids, val_ids))
+    return tok, train_ids, val_ids, per_token
 
 def _given(args, names) -> dict:
-    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+def _train_configs(args) -> tuple:
+    "(model_cfg or None, train_cfg, preset tokenizer) from the options, the preset and, with --resume, the checkpoint."
+    model_given = _given(args, [*_MODEL_OPTIONS, "norm"])
+    train_given = _given(args, [*_TRAIN_OPTIONS, "dtype", "compile"])
+    preset_model, preset_train = preset_configs(args.preset)
+    if not args.resume:
+        train_cfg = TrainConfig.from_dict({**preset_train.to_dict(), "lr_decay_iters": None, **train_given})
+        # lr_decay_iters=None: `train` fixes it to max_iters and stores it, so a later --resume --max-iters N keeps
+        # this run's schedule (no jump of the learning rate)
+        return None, train_cfg, model_given
+    ckpt = load_checkpoint(Path(args.out)/CHECKPOINT_NAME)
+    if ckpt["train_config"] is None: raise CheckpointError(f"cannot resume from {args.out}: no optimizer state")
+    model_cfg = GPTConfig.from_dict(ckpt["model_config"])
+    clash = {k: (getattr(model_cfg, k), v) for k, v in model_given.items() if getattr(model_cfg, k) != v}
+    if clash: raise CheckpointError(f"cannot resume: the model options differ from the checkpoint's ({{option: "
+                                    f"(checkpoint, given)}} = {clash})")
+    return model_cfg, resume_config(ckpt["train_config"], train_given, args.out), model_given
 
 def _train(args) -> int:
     out = Path(args.out)
@@ -104,52 +159,45 @@ def _train(args) -> int:
     if args.resume and args.force: raise ValueError("--resume and --force contradict each other: choose one")
     if not args.resume and ckpt_path.exists() and not args.force:
         raise ValueError(f"{ckpt_path} already exists: continue it with --resume, or overwrite it with --force")
-    model_given = _given(args, [*_MODEL_OPTIONS, "norm"])
-    train_given = _given(args, _TRAIN_OPTIONS)
-    if args.resume:
-        ckpt = load_checkpoint(ckpt_path)
-        if ckpt["train_config"] is None: raise CheckpointError(f"cannot resume from {ckpt_path}: no optimizer state")
-        model_cfg = GPTConfig.from_dict(ckpt["model_config"])
-        clash = {k: (getattr(model_cfg, k), v) for k, v in model_given.items() if getattr(model_cfg, k) != v}
-        clash |= {k: (ckpt["train_config"][k], v) for k, v in train_given.items() if ckpt["train_config"][k] != v}
-        if clash:
-            raise CheckpointError(f"cannot resume: options differ from the checkpoint's ({{option: (checkpoint, "
-                                  f"given)}} = {clash}); only {sorted(_RESUMABLE)} may change")
-        old = ckpt["train_config"]  # a checkpoint without lr_decay_iters decayed over its own max_iters: keep that
-        decay = old["max_iters"] if old.get("lr_decay_iters") is None else old["lr_decay_iters"]
-        train_cfg = TrainConfig.from_dict({**old, "lr_decay_iters": decay, **_given(args, _RESUMABLE)})
-    else:
-        base_model, base_train = baby_gpt_configs()
-        train_cfg = TrainConfig.from_dict({**base_train.to_dict(), "lr_decay_iters": None, **train_given,
-                                           **_given(args, _RESUMABLE)})
-        # lr_decay_iters=None: `train` fixes it to max_iters and stores it, so a later --resume --max-iters N keeps
-        # this run's schedule (no jump of the learning rate)
-        model_cfg = None  # needs the vocabulary size, known once the tokenizer is built
-    tok, train_ids, val_ids = _load_corpus(args.data, args.tokenizer)
+    model_cfg, train_cfg, model_given = _train_configs(args)
+    rank, world, device = setup_distributed(resolve_device(args.device))
+    tokenizer = args.tokenizer or ("gpt2" if args.preset == "bpe-gpt2" else "char")
+    tok, train_ids, val_ids, bytes_per_token = _load_corpus(args.data, tokenizer)
     if model_cfg is None:
-        model_cfg = GPTConfig.from_dict({**base_model.to_dict(), "vocab_size": tok.vocab_size, **model_given})
+        model_cfg = GPTConfig.from_dict({**preset_configs(args.preset)[0].to_dict(), "vocab_size": tok.vocab_size,
+                                         **model_given})
     elif model_cfg.vocab_size != tok.vocab_size:
         raise CheckpointError(f"cannot resume: the checkpoint's vocabulary has {model_cfg.vocab_size} tokens, "
-                              f"--data {args.data} --tokenizer {args.tokenizer} gives {tok.vocab_size}")
+                              f"--data {args.data} --tokenizer {tokenizer} gives {tok.vocab_size}")
     for name, ids in (("training", train_ids), ("validation", val_ids)):
         if len(ids) <= model_cfg.context_length:
             raise ValueError(f"the {name} split has {len(ids)} tokens; it needs more than "
                              f"context_length={model_cfg.context_length}")
     torch.manual_seed(train_cfg.seed)
-    model = GPT(model_cfg)
-    print(f"{model.n_params() / 1e6:.2f}M parameters; {len(train_ids):,} training / {len(val_ids):,} validation tokens; "
-          f"{'resuming' if args.resume else 'writing'} {ckpt_path}", file=sys.stderr)
+    model = GPT(model_cfg).to(device)
+    log = (lambda msg: tqdm.write(msg, file=sys.stderr)) if rank == 0 else (lambda msg: None)
+    log(f"{model.n_params() / 1e6:.2f}M parameters; {len(train_ids):,} training / {len(val_ids):,} validation tokens; "
+        f"{device}, {train_cfg.dtype}{', compiled' if train_cfg.compile else ''}"
+        f"{f', {world} processes' if world > 1 else ''}; {'resuming' if args.resume else 'writing'} {ckpt_path}")
+    same = (args.data == "tinyshakespeare" and not model_given and args.tokenizer in (None, tokenizer)
+            and all(getattr(args, n) is None for n in _TRAIN_OPTIONS if n not in RESUMABLE))
+    bpb = lambda loss, split: bits_per_byte(loss, 1, bytes_per_token[split == "val"])
+    def on_eval(step, losses):
+        log(f"step {step}: train loss {losses['train']:.4f} ({bpb(losses['train'], 'train'):.3f} bits/byte), "
+            f"val loss {losses['val']:.4f} ({bpb(losses['val'], 'val'):.3f} bits/byte)")
+        note = outside_reference(args.preset, step, losses["val"], same_settings=same)
+        if note: log(f"note: {note}")
     history = train(model, train_ids, val_ids, train_cfg, out_dir=out, tokenizer=tok, resume=args.resume,
-                    progress=not args.no_progress)
-    if history.steps:
-        print(f"step {history.steps[-1]}: train loss {history.train_loss[-1]:.4f}, val loss {history.val_loss[-1]:.4f}; "
-              f"checkpoint {ckpt_path}")
+                    progress=not args.no_progress, on_eval=on_eval)
+    if history.steps and rank == 0:
+        print(f"step {history.steps[-1]}: train loss {history.train_loss[-1]:.4f}, val loss {history.val_loss[-1]:.4f} "
+              f"({bpb(history.val_loss[-1], 'val'):.3f} bits/byte); checkpoint {ckpt_path}")
     return 0
 
 # %% ../nbs/08a_cli.ipynb #0a28ca07
 def _sample(args) -> int:
     from transformerbook.sampling import generate
-    model, tok = load_model(args.checkpoint)
+    model, tok = load_model(args.checkpoint, resolve_device(args.device))  # weights load on any device
     if tok is None: raise CheckpointError(f"{checkpoint_file(args.checkpoint)} holds no tokenizer; cannot decode")
     if not args.prompt: raise ValueError("--prompt must not be empty")
     if args.max_new_tokens < 0: raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 0")
@@ -159,9 +207,19 @@ def _sample(args) -> int:
     print(tok.decode(ids[0].tolist()))
     return 0
 
+def _prepare(args) -> int:
+    meta = prepare_data(args.data, args.out, args.tokenizer, args.val_fraction, progress=not args.no_progress)
+    print(f"{meta['train_tokens']:,} training / {meta['val_tokens']:,} validation tokens ({meta['dtype']}) in "
+          f"{args.out}; train with: transformerbook train --data {args.out} --tokenizer {args.tokenizer} --out DIR")
+    return 0
+
 # %% ../nbs/08a_cli.ipynb #bbe015a0
 _USER_ERRORS = (ValueError, TypeError, CheckpointError, DataUnavailableError, ChecksumError, TrainingDivergedError,
                 FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError)
+
+def _first_line(e) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
 
 def main(argv: list[str] | None = None, # arguments without the program name; None = sys.argv[1:]
         ) -> int: # exit status: 0 success, 2 a usage or input error, 1 training diverged
@@ -171,13 +229,22 @@ def main(argv: list[str] | None = None, # arguments without the program name; No
     except SystemExit as e:  # --help (0) or a usage error (2, already printed)
         return int(e.code or 0)
     try:
-        return _train(args) if args.command == "train" else _sample(args)
+        return {"train": _train, "sample": _sample, "prepare": _prepare}[args.command](args)
     except TrainingDivergedError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except _USER_ERRORS as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()): raise
+        # under torchrun, a collective fails when another process of the job died
+        print(f"error: a process of the distributed job stopped ({_first_line(e)}); the last checkpoint is kept "
+              f"(resume with torchrun ... --resume)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("error: interrupted; the last checkpoint is kept (resume with --resume)", file=sys.stderr)
         return 130
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()

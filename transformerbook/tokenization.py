@@ -1,7 +1,8 @@
 """From words and characters to byte-pair encoding: how text becomes token ids (notes 19.2.1; CS182 tokenization).
 
 **In the package** (`transformerbook.tokenization`): every tokenizer has `encode(text)` (a list of ids) and
-`decode(ids)`. `CharTokenizer` numbers characters; `GPT2Tokenizer` wraps tiktoken's GPT-2 encoding; `BPETokenizer`
+`decode(ids)`, and `encode_iterable(chunks)` yields the ids of a text given in pieces (an open file) lazily,
+with memory bounded by the piece, not the corpus. `CharTokenizer` numbers characters; `GPT2Tokenizer` wraps tiktoken's GPT-2 encoding; `BPETokenizer`
 is byte-level BPE written from scratch on the `Tokenizer` base class: `train(text, vocab_size)` learns merges with
 `get_pair_counts`, `most_frequent_pair` and `merge`, and `BPETokenizer.from_gpt2()` loads GPT-2's own merges (read
 with `bytes_to_unicode`) and encodes exactly as tiktoken does. `BasicBPETokenizer` is the same algorithm without the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 
 import regex
 
@@ -50,6 +52,10 @@ class CharTokenizer:
         except KeyError as e:
             raise ValueError(f"character {e.args[0]!r} is not in this tokenizer's {self.vocab_size}-character vocabulary") from None
 
+    def encode_iterable(self, chunks) -> Iterator[int]:
+        "Ids of the concatenated text `chunks` (e.g. an open file), yielded lazily: one chunk in memory at a time."
+        for chunk in chunks: yield from self.encode(chunk)
+
     def decode(self, ids) -> str:
         "The text of `ids`; raises `ValueError` for an id outside [0, vocab_size)."
         ids = [int(i) for i in ids]
@@ -78,6 +84,11 @@ class GPT2Tokenizer:
         if allow_special: return self.encoding.encode(text, allowed_special={END_OF_TEXT})
         return self.encoding.encode_ordinary(text)
 
+    def encode_iterable(self, chunks) -> Iterator[int]:
+        """Ids of the concatenated text `chunks` (e.g. an open file), yielded lazily, equal to `encode` on the whole
+        text: each chunk is encoded up to its last safe cut (`stable_prefix_end`), the rest waits for the next chunk."""
+        yield from _encode_stream(self.encoding.encode_ordinary, GPT2_PAT_STR, chunks)
+
     def decode(self, ids) -> str:
         "The text of `ids`; raises `ValueError` for an id outside [0, vocab_size)."
         ids = [int(i) for i in ids]
@@ -86,6 +97,32 @@ class GPT2Tokenizer:
         return self.encoding.decode(ids)
 
     def to_dict(self) -> dict: return {"kind": "gpt2"}
+
+# %% ../nbs/05a_tokenization.ipynb #6cc193f1
+def _stable_prefix_end(text: str, pat: regex.Pattern) -> int:
+    """An index i such that pre-tokenizing `text[:i]` and then `text[i:] + more` gives the same pre-tokens as
+    `text + more`, for any `more` (0 if the text has none yet)."""
+    if pat.pattern == GPT2_PAT_STR:  # fast path: the last " <letter>" after a non-space character
+        i = text.rfind(" ")
+        while i > 0:
+            if i + 1 < len(text) and text[i + 1].isalpha() and not text[i - 1].isspace(): return i
+            i = text.rfind(" ", 0, i)
+    starts = [m.start() for m in pat.finditer(text)]  # general: the last pre-token after a non-space character
+    for i in reversed(starts[1:]):
+        if not text[i - 1].isspace(): return i
+    return 0
+
+def _encode_stream(encode, pat: str, chunks) -> Iterator[int]:
+    "Yield `encode`'s ids for the concatenated `chunks`, holding back the unstable tail of each (see above)."
+    pat, carry = regex.compile(pat), ""
+    for chunk in chunks:
+        if not isinstance(chunk, str): raise TypeError(f"chunks must be str, got {type(chunk).__name__}")
+        carry += chunk
+        cut = _stable_prefix_end(carry, pat)
+        if cut:
+            yield from encode(carry[:cut])
+            carry = carry[cut:]
+    yield from encode(carry)
 
 # %% ../nbs/05a_tokenization.ipynb #68c24198
 def get_pair_counts(ids: list[int], # token ids
@@ -258,8 +295,10 @@ class BPETokenizer(BasicBPETokenizer):
 
         Raises `TypeError` if `text` is not a str, `ValueError` for a `vocab_size` below 256 + special tokens."""
         n_merges = self._check_train_args(text, vocab_size, special_tokens)
-        # New: each distinct chunk once, with the number of times it occurs.
-        chunk_counts = Counter(self._chunks(text))
+        # New: special tokens are cut out first (they get their own ids, never merges such as "<|"), then each
+        # distinct chunk is counted once, with the number of times it occurs.
+        parts = self._split_special(text, special_tokens)[::2]  # the text between the special tokens
+        chunk_counts = Counter(chunk for part in parts for chunk in self._chunks(part))
         words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]
         weights = list(chunk_counts.values())
         counts = defaultdict(int)  # pair -> occurrences in the whole text
@@ -304,14 +343,24 @@ class BPETokenizer(BasicBPETokenizer):
               ) -> list[int]:
         "Token ids of `text`; special-token strings become their single id only if `allow_special` (as `GPT2Tokenizer`)."
         if not allow_special or not self.special_tokens: return self.encode_ordinary(text)
-        # New: split around the special tokens (longest first, so one that contains another wins), keeping them.
-        specials = sorted(self.special_tokens, key=len, reverse=True)
-        parts = regex.split("(" + "|".join(regex.escape(s) for s in specials) + ")", text)
+        parts = self._split_special(text, self.special_tokens)
         out = []
         for i, part in enumerate(parts):
             if i % 2: out.append(self.special_tokens[part])  # odd parts are the captured separators
             else: out.extend(self.encode_ordinary(part))
         return out
+
+    @staticmethod
+    def _split_special(text: str, specials) -> list[str]:
+        "`text` split around the special-token strings, kept at the odd positions (longest first, so one that contains another wins)."
+        if not specials: return [text]
+        specials = sorted(specials, key=len, reverse=True)
+        return regex.split("(" + "|".join(regex.escape(s) for s in specials) + ")", text)
+
+    def encode_iterable(self, chunks) -> Iterator[int]:
+        """Ids of the concatenated text `chunks` (e.g. an open file), yielded lazily and equal to `encode_ordinary` on
+        the whole text; memory is bounded by the longest chunk, not the corpus (see `GPT2Tokenizer.encode_iterable`)."""
+        yield from _encode_stream(self.encode_ordinary, self.pattern, chunks)
 
     @classmethod
     def from_gpt2(cls) -> "BPETokenizer":

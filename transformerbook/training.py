@@ -1,14 +1,19 @@
 """From the chain rule of probability to a trained character-level Shakespeare model: the cross-entropy loss, teacher
 forcing, batching and packing, AdamW with warm-up and cosine decay, checkpoints that resume exactly (J&M 10.9).
 
-**In the package** (`transformerbook.training`): `train(model, train_data, val_data, cfg)`, with `cfg` a `TrainConfig`,
-runs the loop (AdamW from `configure_optimizer`, the schedule `lr_at`, clipping, `estimate_loss` at every evaluation) and
-returns a `TrainHistory`; with `out_dir` it writes checkpoints (`save_checkpoint`, `load_checkpoint`,
-`checkpoint_file`, `load_model`) and can resume exactly. A NaN loss raises `TrainingDivergedError`; an unusable
-checkpoint raises `CheckpointError`. Data: `load_dataset` (the names in `DATASETS`), `get_batch` for (B, T) windows,
-`pack_documents` for `<|endoftext|>`-separated documents, and `cross_entropy_loss` written from scratch.
-`baby_gpt_configs()` is nanoGPT's CPU recipe and `shakespeare_model()` a cached model trained with it;
-`cached_run(prefix, model_cfg, train_cfg, tokenizer, key_extra)` trains any GPT on TinyShakespeare once and caches it.
+**In the package** (`transformerbook.training`): `train(model, train_data, val_data, train_cfg)`, with `train_cfg` a
+`TrainConfig`, runs the loop (AdamW from `configure_optimizer`, the schedule `lr_at`, clipping, `estimate_loss` at
+every evaluation) and returns a `TrainHistory`; a new run's settings come from `new_run_config`, a resumed run's from
+`resume_config` (only the `RESUMABLE` settings may change). With `out_dir` it writes checkpoints (`save_checkpoint`,
+`load_checkpoint`, `checkpoint_file`, `load_model`) and can resume exactly. A NaN loss raises
+`TrainingDivergedError`; an unusable checkpoint raises `CheckpointError`. Data: `load_dataset` (the names in
+`DATASETS`), `prepare_data` / `load_prepared` for a corpus of any size in memory-mapped token files (`PREPARED_META`),
+`get_batch` for (B, T) windows, `pack_documents` for `<|endoftext|>`-separated documents, and `cross_entropy_loss`
+written from scratch. Execution (chapter 08b): `DTYPES` for mixed precision, `resolve_device`, `setup_distributed`
+and `batch_slice` for data parallelism under torchrun. Recipes: `baby_gpt_configs()` (nanoGPT's CPU recipe),
+`preset_configs` (the `PRESETS`), `reference_band` / `outside_reference` (is my loss normal?), `bits_per_byte`;
+`shakespeare_model()` is a cached model trained with the baby GPT recipe and `cached_run(prefix, model_cfg,
+train_cfg, tokenizer, key_extra)` trains any GPT on TinyShakespeare once and caches it.
 
 Docs: https://transformerbook.github.io/transformerbook/training.html.md"""
 
@@ -17,18 +22,24 @@ Docs: https://transformerbook.github.io/transformerbook/training.html.md"""
 # %% ../nbs/08_training.ipynb #ac6bc894
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
 import random
+import sys
 import tempfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 import transformerbook
@@ -38,10 +49,13 @@ from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, GPT2Tokenizer, tokenizer_from_dict
 
 # %% auto #0
-__all__ = ['DATASETS', 'CHECKPOINT_NAME', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'cross_entropy_loss', 'get_batch',
-           'pack_documents', 'load_dataset', 'TrainConfig', 'lr_at', 'configure_optimizer', 'estimate_loss',
-           'CheckpointError', 'TrainingDivergedError', 'checkpoint_file', 'TrainHistory', 'save_checkpoint',
-           'load_checkpoint', 'load_model', 'train', 'baby_gpt_configs', 'shakespeare_model', 'cached_run']
+__all__ = ['DATASETS', 'PREPARED_META', 'DTYPES', 'CHECKPOINT_NAME', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'RESUMABLE',
+           'PRESETS', 'cross_entropy_loss', 'get_batch', 'pack_documents', 'load_dataset', 'prepare_data',
+           'load_prepared', 'TrainConfig', 'lr_at', 'configure_optimizer', 'estimate_loss', 'CheckpointError',
+           'TrainingDivergedError', 'checkpoint_file', 'TrainHistory', 'save_checkpoint', 'load_checkpoint',
+           'load_model', 'resume_config', 'new_run_config', 'batch_slice', 'train', 'resolve_device',
+           'setup_distributed', 'baby_gpt_configs', 'preset_configs', 'bits_per_byte', 'reference_band',
+           'outside_reference', 'shakespeare_model', 'cached_run']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
 def _is_integer_tensor(x) -> bool:
@@ -71,26 +85,37 @@ def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores ove
     return (nll * keep).sum() / keep.sum()  # mean over kept positions (NaN if none is kept, like torch)
 
 # %% ../nbs/08_training.ipynb #7cadf844
-def get_batch(data: Tensor, # (N,) int64 token ids of a whole split
+def get_batch(data: Tensor | np.ndarray, # (N,) integer token ids of a whole split: a tensor, or a `numpy.memmap` of a token file
               batch_size: int, # B, number of windows
               context_length: int, # T, tokens per window
               generator: torch.Generator | None = None, # source of the random offsets (seeded => reproducible)
              ) -> tuple[Tensor, Tensor]: # token_ids, targets: (B, T) int64; targets is token_ids shifted left by one
     """A random batch of windows for teacher forcing (J&M 10.9): `token_ids = data[i:i+T]`, `targets = data[i+1:i+T+1]`,
-    so `targets[b, t]` is the token that follows `token_ids[b, :t+1]`. Raises `TypeError` if `data` is not an integer tensor, `ValueError` for
-    batch_size < 1 or a corpus not longer than T."""
+    so `targets[b, t]` is the token that follows `token_ids[b, :t+1]`. A memory-mapped token file is read window by
+    window, never whole. Raises `TypeError` if `data` is not integer ids, `ValueError` for batch_size < 1 or a corpus
+    not longer than T."""
     if not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f"batch_size={batch_size!r} must be an int >= 1")
     if not isinstance(context_length, int) or context_length < 1:
         raise ValueError(f"context_length={context_length!r} must be an int >= 1")
-    if not _is_integer_tensor(data):
-        raise TypeError(f"data must be an integer tensor of token ids, got {getattr(data, 'dtype', type(data).__name__)}")
-    if data.dim() != 1: raise ValueError(f"data must be 1-D token ids, got shape {tuple(data.shape)}")
+    _check_token_ids(data)
     if len(data) <= context_length:
         raise ValueError(f"the corpus has {len(data)} tokens; it needs more than context_length={context_length}")
     ix = torch.randint(len(data) - context_length, (batch_size,), generator=generator)  # (B,) window starts
-    token_ids = torch.stack([data[i:i + context_length] for i in ix.tolist()]).long()  # (B, T)
-    targets = torch.stack([data[i + 1:i + 1 + context_length] for i in ix.tolist()]).long()  # (B, T)
-    return token_ids, targets
+    windows = torch.stack([_window(data, i, context_length + 1) for i in ix.tolist()])  # (B, T+1) int64
+    return windows[:, :-1], windows[:, 1:]  # token_ids, targets: (B, T) each
+
+def _window(data, start: int, length: int) -> Tensor:
+    "`data[start:start+length]` as int64; from a numpy array (a memmap) only these tokens are read."
+    w = data[start:start + length]
+    return torch.from_numpy(w.astype(np.int64)) if isinstance(w, np.ndarray) else w.long()
+
+def _check_token_ids(data) -> None:
+    "`TypeError` unless `data` is a 1-D integer tensor or numpy array; `ValueError` for another shape."
+    if isinstance(data, np.ndarray): ok = np.issubdtype(data.dtype, np.integer)
+    else: ok = _is_integer_tensor(data)
+    if not ok:
+        raise TypeError(f"data must be an integer tensor of token ids, got {getattr(data, 'dtype', type(data).__name__)}")
+    if data.ndim != 1: raise ValueError(f"data must be 1-D token ids, got shape {tuple(data.shape)}")
 
 # %% ../nbs/08_training.ipynb #ddbcbfc8
 def pack_documents(documents: list, # token-id lists, one per document
@@ -126,7 +151,105 @@ def load_dataset(name: str = "tinyshakespeare", # a name in `DATASETS`
     to_ids = lambda s: torch.tensor(tok.encode(s), dtype=torch.long)
     return tok, to_ids(train_text), to_ids(val_text)
 
+# %% ../nbs/08_training.ipynb #3139b90e
+PREPARED_META = "meta.json"  # next to train.bin and val.bin
+
+def _text_files(source: Path) -> list[Path]:
+    if source.is_file(): return [source]
+    files = sorted(source.rglob("*.txt")) if source.is_dir() else []
+    if not files: raise ValueError(f"--data {source}: no such text file, nor a folder holding .txt files")
+    return files
+
+def _read_chunks(fh, limit: list, size: int = 1 << 20):
+    "Text from `fh`, `size` characters at a time, until `limit[0]` UTF-8 bytes are left (None: to the end)."
+    while True:
+        chunk = fh.read(size)
+        if not chunk: return
+        nbytes = len(chunk.encode("utf-8"))
+        if limit[0] is not None and nbytes > limit[0]:  # this chunk crosses the split: keep its head, push back the rest
+            head = chunk.encode("utf-8")[:limit[0]].decode("utf-8", errors="ignore")
+            limit.append(chunk[len(head):])  # the carried-over text for the next split
+            limit[0] = 0
+            if head: yield head
+            return
+        if limit[0] is not None: limit[0] -= nbytes
+        yield chunk
+
+def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt files
+                 out_dir: str | Path, # gets train.bin, val.bin and meta.json
+                 tokenizer: str = "char", # "char" (vocabulary from the corpus) or "gpt2" (tiktoken's GPT-2 BPE)
+                 val_fraction: float = 0.1, # the last share of the bytes, for validation
+                 progress: bool = True,
+                ) -> dict: # the metadata written to meta.json
+    """Tokenize a corpus once into memory-mappable token files, reading 1 MB at a time (memory bounded whatever the
+    corpus size). Raises `ValueError` for a missing source, an empty corpus or a bad tokenizer / val_fraction."""
+    if tokenizer not in ("char", "gpt2"): raise ValueError(f"tokenizer={tokenizer!r} must be 'char' or 'gpt2'")
+    if not 0 < val_fraction < 1: raise ValueError(f"val_fraction={val_fraction} must be in (0, 1)")
+    source, out_dir = Path(source), Path(out_dir)
+    files = _text_files(source)
+    total = sum(f.stat().st_size for f in files)
+    if total == 0: raise ValueError(f"the corpus {source} is empty")
+    if tokenizer == "char":  # a first pass collects the characters
+        chars = set()
+        for f in files:
+            with open(f, encoding="utf-8", newline="") as fh:
+                for chunk in _read_chunks(fh, [None]): chars.update(chunk)
+        tok = CharTokenizer(sorted(chars))
+    else:
+        tok = GPT2Tokenizer()
+    dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts, nbytes = {"train": 0, "val": 0}, {"train": 0, "val": 0}
+    train_left = [int(total * (1 - val_fraction))]  # bytes still to go to the training split
+    outs = {s: open(out_dir/f".{s}.bin.tmp", "wb") for s in ("train", "val")}
+    bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc=f"tokenizing {source.name}")
+
+    def write(split, ids):
+        arr = np.fromiter(ids, dtype=np.int64)
+        outs[split].write(arr.astype(dtype).tobytes())
+        counts[split] += len(arr)
+
+    try:
+        for f in files:
+            with open(f, encoding="utf-8", newline="") as fh:
+                for split in ("train", "val"):
+                    limit = train_left if split == "train" else [None]
+                    def chunks():
+                        pushed_back = [train_left.pop()] if split == "val" and len(train_left) > 1 else []
+                        for chunk in itertools.chain(pushed_back, _read_chunks(fh, limit)):  # the text cut at the split
+                            n = len(chunk.encode("utf-8"))
+                            nbytes[split] += n
+                            bar.update(n)
+                            yield chunk
+                    ids = tok.encode_iterable(chunks())
+                    while batch := list(itertools.islice(ids, 1 << 20)): write(split, batch)
+                    if split == "train" and train_left[0] > 0: break  # the file ended before the split point
+                if isinstance(tok, GPT2Tokenizer): write("train" if train_left[0] > 0 else "val", [tok.eos_token_id])
+    finally:
+        bar.close()
+        for fh in outs.values(): fh.close()
+    if counts["train"] == 0 or counts["val"] == 0:
+        raise ValueError(f"the corpus {source} is too small to split ({counts['train']} / {counts['val']} tokens)")
+    for s in outs: os.replace(out_dir/f".{s}.bin.tmp", out_dir/f"{s}.bin")
+    meta = {"tokenizer": tok.to_dict(), "dtype": np.dtype(dtype).name, "source": str(source), "files": len(files),
+            "train_tokens": counts["train"], "val_tokens": counts["val"], "train_bytes": nbytes["train"],
+            "val_bytes": nbytes["val"]}
+    (out_dir/PREPARED_META).write_text(json.dumps(meta, indent=1))
+    return meta
+
+def load_prepared(data_dir: str | Path, # a folder written by `prepare_data`
+                 ) -> tuple: # (tokenizer, train_ids, val_ids, meta); the ids are read-only (N,) `numpy.memmap`s
+    "Open prepared token files without reading them. Raises `ValueError` if the folder holds no prepared data."
+    data_dir = Path(data_dir)
+    if not (data_dir/PREPARED_META).is_file():
+        raise ValueError(f"{data_dir} holds no prepared data ({PREPARED_META}); make it with `transformerbook prepare`")
+    meta = json.loads((data_dir/PREPARED_META).read_text())
+    ids = {s: np.memmap(data_dir/f"{s}.bin", dtype=meta["dtype"], mode="r") for s in ("train", "val")}
+    return tokenizer_from_dict(meta["tokenizer"]), ids["train"], ids["val"], meta
+
 # %% ../nbs/08_training.ipynb #3ad50a84
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # TrainConfig.dtype
+
 @dataclass
 class TrainConfig:
     "Optimisation settings; the defaults are nanoGPT's CPU 'baby GPT' on character-level TinyShakespeare. Validated."
@@ -143,10 +266,13 @@ class TrainConfig:
     eval_interval: int = 250  # evaluate (and checkpoint) every this many steps, and at the end
     eval_iters: int = 20  # batches per split in each evaluation
     seed: int = 1337  # seeds the batch sampler and torch's global RNG (dropout)
+    grad_accum_steps: int = 1  # the batch of one optimizer step is computed in this many slices (same gradient)
+    dtype: str = "float32"  # "float32", or autocast to "bfloat16" / "float16" (with a gradient scaler); see 08b
+    compile: bool = False  # run the training step through `torch.compile`; see 08b
 
     def __post_init__(self):
         "Type errors name the field and value (`TypeError`); out-of-range values raise `ValueError`."
-        ints = ("max_iters", "batch_size", "warmup_iters", "eval_interval", "eval_iters", "seed")
+        ints = ("max_iters", "batch_size", "warmup_iters", "eval_interval", "eval_iters", "seed", "grad_accum_steps")
         floats = ("learning_rate", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip")
         for name in (*ints, "lr_decay_iters"):
             value = getattr(self, name)
@@ -158,7 +284,8 @@ class TrainConfig:
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise TypeError(f"{name}={value!r} must be a number, not {type(value).__name__}")
             if not math.isfinite(value): raise ValueError(f"{name}={value!r} must be finite")
-        for name, low in (("max_iters", 1), ("batch_size", 1), ("warmup_iters", 0), ("eval_interval", 1), ("eval_iters", 1)):
+        for name, low in (("max_iters", 1), ("batch_size", 1), ("warmup_iters", 0), ("eval_interval", 1), ("eval_iters", 1),
+                          ("grad_accum_steps", 1)):
             value = getattr(self, name)
             if value < low: raise ValueError(f"{name}={value!r} must be an int >= {low}")
         if not self.learning_rate > 0: raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
@@ -170,9 +297,13 @@ class TrainConfig:
         if self.grad_clip < 0: raise ValueError(f"grad_clip={self.grad_clip} must be >= 0 (0 disables clipping)")
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1: raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
+        if self.dtype not in DTYPES: raise ValueError(f"dtype={self.dtype!r} must be one of {list(DTYPES)}")
+        if not isinstance(self.compile, bool): raise TypeError(f"compile={self.compile!r} must be a bool")
 
     @property
-    def decay_iters(self) -> int: return self.max_iters if self.lr_decay_iters is None else self.lr_decay_iters
+    def decay_iters(self) -> int:
+        "Where the cosine ends: `lr_decay_iters`, or `max_iters` when it is None (the only place this rule is written)."
+        return self.max_iters if self.lr_decay_iters is None else self.lr_decay_iters
 
     def to_dict(self) -> dict: return asdict(self)
 
@@ -185,25 +316,25 @@ class TrainConfig:
 
 # %% ../nbs/08_training.ipynb #6db139e3
 def lr_at(step: int, # optimizer step, counting from 0
-          cfg: TrainConfig,
+          train_cfg: TrainConfig,
          ) -> float: # learning rate for this step
     """nanoGPT's schedule: linear warm-up to `learning_rate` over `warmup_iters` steps (step 0 already gets
     lr/(warmup_iters+1) > 0), then a half cosine from `learning_rate` at step `warmup_iters` down to `min_lr` at step
     `decay_iters`, then constant `min_lr`. Raises `ValueError` for a negative step."""
     if not isinstance(step, int) or step < 0: raise ValueError(f"step={step!r} must be an int >= 0")
-    if step < cfg.warmup_iters: return cfg.learning_rate * (step + 1) / (cfg.warmup_iters + 1)
-    if step >= cfg.decay_iters: return cfg.min_lr
-    ratio = (step - cfg.warmup_iters) / (cfg.decay_iters - cfg.warmup_iters)  # 0 -> 1
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
+    if step < train_cfg.warmup_iters: return train_cfg.learning_rate * (step + 1) / (train_cfg.warmup_iters + 1)
+    if step >= train_cfg.decay_iters: return train_cfg.min_lr
+    ratio = (step - train_cfg.warmup_iters) / (train_cfg.decay_iters - train_cfg.warmup_iters)  # 0 -> 1
+    return train_cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (train_cfg.learning_rate - train_cfg.min_lr)
 
 # %% ../nbs/08_training.ipynb #d29a2d7a
-def configure_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+def configure_optimizer(model: nn.Module, train_cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on every parameter with dim >= 2 (weight matrices and embedding tables, as nanoGPT)
     and none on biases and LayerNorm gains (dim 1). A tied matrix is one parameter and appears once."""
     params = [p for p in model.parameters() if p.requires_grad]  # .parameters() already removes duplicates (tied E)
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train_cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
+    return torch.optim.AdamW(groups, lr=train_cfg.learning_rate, betas=(train_cfg.beta1, train_cfg.beta2))
 
 # %% ../nbs/08_training.ipynb #3f79c171
 @torch.no_grad()
@@ -217,17 +348,19 @@ def estimate_loss(model: nn.Module, # a GPT (its config gives context_length)
     was_training, T = model.training, model.config.context_length
     device = next(model.parameters()).device
     model.eval()
-    out = {}
-    for name, data in splits.items():
-        gen = torch.Generator().manual_seed(seed)
-        losses = []
-        for _ in range(eval_iters):
-            token_ids, targets = get_batch(data, batch_size, T, gen)
-            logits = model(token_ids.to(device))  # (B, T, V)
-            losses.append(F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten()).item())
-        out[name] = sum(losses) / len(losses)
-    model.train(was_training)
-    return out
+    try:
+        out = {}
+        for name, data in splits.items():
+            gen = torch.Generator().manual_seed(seed)
+            losses = []
+            for _ in range(eval_iters):
+                token_ids, targets = get_batch(data, batch_size, T, gen)
+                logits = model(token_ids.to(device))  # (B, T, V)
+                losses.append(F.cross_entropy(logits.flatten(0, 1).float(), targets.to(device).flatten()).item())
+            out[name] = sum(losses) / len(losses)
+        return out
+    finally:
+        model.train(was_training)  # also when an error (or Ctrl-C) interrupts the evaluation
 
 # %% ../nbs/08_training.ipynb #50bc577e
 class CheckpointError(ValueError):
@@ -241,9 +374,12 @@ CHECKPOINT_FORMAT = "transformerbook.checkpoint"
 CHECKPOINT_VERSION = 1
 
 def checkpoint_file(path: str | Path) -> Path:
-    "`path` itself if it names a file, else `path/ckpt.pt` (a run's output folder)."
+    """The checkpoint file a path means. A path that names a file is that file: an existing file, or a new name with
+    a suffix (`model.ckpt`, `weights.pth`). A folder means `folder/ckpt.pt` (a run's output folder): an existing
+    folder, or a new name without a suffix (`runs/baby`)."""
     path = Path(path)
-    return path/CHECKPOINT_NAME if path.is_dir() or path.suffix != ".pt" else path
+    is_folder = path.is_dir() or (not path.exists() and not path.suffix)
+    return path/CHECKPOINT_NAME if is_folder else path
 
 # %% ../nbs/08_training.ipynb #55cee395
 @dataclass
@@ -287,14 +423,16 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
                     train_config: TrainConfig | None = None,
                     tokenizer=None, # anything with `to_dict()` (CharTokenizer, GPT2Tokenizer)
                     history: TrainHistory | None = None,
-                    # the batch sampler, so a resumed run draws the same batches
-                    generator: torch.Generator | None = None,
+                    generator: torch.Generator | None = None, # the batch sampler, so a resumed run draws the same batches
+                    scaler: torch.amp.GradScaler | None = None, # float16 training's loss scale (08b)
+                    rank_rng: list | None = None, # under data parallelism, every rank's torch RNG state (dropout)
                    ) -> Path:
     """Save everything needed to resume exactly, atomically (a crash mid-save leaves the previous file intact): the
     weights, optimizer state, configs, tokenizer, history and the random states (torch's CPU generator, every CUDA
     device's generator once CUDA is in use, Python's, and the batch sampler). Only tensors and plain containers are
     stored, so `load_checkpoint` can use `torch.load(weights_only=True)`."""
     path = checkpoint_file(path)
+    model = getattr(model, "_orig_mod", model)  # a compiled model saves its plain weights
     ckpt = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "code_version": transformerbook.__version__,
             "step": int(step), "model": model.state_dict(), "model_config": model.config.to_dict(),
             "optimizer": None if optimizer is None else optimizer.state_dict(),
@@ -303,7 +441,8 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
             "history": None if history is None else history.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,  # dropout on GPU
-                    "batch_generator": None if generator is None else generator.get_state()}}
+                    "batch_generator": None if generator is None else generator.get_state(), "ranks": rank_rng},
+            "scaler": None if scaler is None or not scaler.is_enabled() else scaler.state_dict()}
     _atomic_torch_save(ckpt, path)
     return path
 
@@ -360,9 +499,29 @@ def load_model(path: str | Path, # a checkpoint file or a run folder
     return model.to(device).eval(), tokenizer
 
 # %% ../nbs/08_training.ipynb #01d188d9
-_RESUMABLE_CHANGES = {"max_iters", "eval_interval", "eval_iters"}  # train settings a resumed run may change
+RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "grad_accum_steps", "dtype", "compile")  # may change on resume
 
-def _check_resumable(ckpt: dict, model: GPT, cfg: TrainConfig, tokenizer, path: Path) -> None:
+def resume_config(saved: dict, # the checkpoint's `train_config`
+                  changes: dict, # the settings this run asks for: a whole `TrainConfig.to_dict()` or just some options
+                  source: str | Path = "the checkpoint", # named in the error
+                 ) -> TrainConfig: # the checkpoint's settings with the allowed changes applied
+    """The settings of a resumed run: the checkpoint's, except the `RESUMABLE` ones, which may change (how long to run,
+    how often to evaluate, and how the step is executed: accumulation, precision, compilation). Anything else that
+    differs raises `CheckpointError` naming each field as (checkpoint, this run). `lr_decay_iters=None` in `changes`
+    keeps the checkpoint's schedule (a checkpoint that stored None decayed over its own `max_iters`), so a resume that
+    raises `max_iters` continues the same cosine. The one rule behind `train(resume=True)` and `transformerbook train
+    --resume`."""
+    old = TrainConfig.from_dict(saved)
+    old = replace(old, lr_decay_iters=old.decay_iters).to_dict()
+    changes = {k: v for k, v in changes.items() if not (k == "lr_decay_iters" and v is None)}
+    diff = {k: (old.get(k), v) for k, v in changes.items() if k not in RESUMABLE and old.get(k) != v}
+    if diff:
+        raise CheckpointError(f"cannot resume from {source}: training settings differ ({{field: (checkpoint, this run)}} "
+                              f"= {diff}); only {list(RESUMABLE)} may change")
+    return TrainConfig.from_dict({**old, **changes})
+
+def _check_resumable(ckpt: dict, model: GPT, tokenizer, path: Path) -> None:
+    "`CheckpointError` unless the checkpoint holds optimizer state for this model and tokenizer."
     if ckpt["model_config"] != model.config.to_dict():
         diff = {k: (v, model.config.to_dict().get(k)) for k, v in ckpt["model_config"].items()
                 if model.config.to_dict().get(k) != v}
@@ -370,100 +529,188 @@ def _check_resumable(ckpt: dict, model: GPT, cfg: TrainConfig, tokenizer, path: 
                               f"= {diff})")
     if ckpt["optimizer"] is None or ckpt["train_config"] is None or ckpt["history"] is None:
         raise CheckpointError(f"cannot resume from {path}: it holds no optimizer state (an inference-only checkpoint)")
-    old = dict(ckpt["train_config"])
-    if old.get("lr_decay_iters") is None: old["lr_decay_iters"] = old.get("max_iters")  # its schedule ended there
-    diff = {k: (old.get(k), v) for k, v in cfg.to_dict().items() if k not in _RESUMABLE_CHANGES and old.get(k) != v}
-    if diff:
-        raise CheckpointError(f"cannot resume from {path}: training settings differ ({{field: (checkpoint, this run)}} "
-                              f"= {diff}); only {sorted(_RESUMABLE_CHANGES)} may change")
     if tokenizer is not None and ckpt["tokenizer"] is not None and ckpt["tokenizer"] != tokenizer.to_dict():
         raise CheckpointError(f"cannot resume from {path}: it was trained with another tokenizer")
 
 # %% ../nbs/08_training.ipynb #7bbe0124
+def new_run_config(train_cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
+    """The settings a new run uses, and a note for each one it had to adapt: `lr_decay_iters=None` becomes
+    `max_iters` (recorded in the checkpoint, so a resume keeps the schedule), and a run shorter than its warm-up
+    (`--max-iters 40` with the default 100 warm-up steps) gets a warm-up of a tenth of its steps instead."""
+    notes = []
+    if train_cfg.lr_decay_iters is None and train_cfg.warmup_iters > train_cfg.max_iters:
+        warmup = train_cfg.max_iters // 10
+        notes.append(f"warm-up shortened from {train_cfg.warmup_iters} to {warmup} steps (a tenth of "
+                     f"max_iters={train_cfg.max_iters}): the run is shorter than its warm-up")
+        train_cfg = replace(train_cfg, warmup_iters=warmup, lr_decay_iters=train_cfg.max_iters)
+    return replace(train_cfg, lr_decay_iters=train_cfg.decay_iters), notes
+
+def batch_slice(batch_size: int, # B, the windows of one optimizer step (all ranks, all accumulation steps)
+                rank: int, # this process, 0 <= rank < world_size
+                world_size: int, # number of data-parallel processes
+                ) -> slice: # the rows of the global (B, T) batch this rank computes
+    """Rank `rank`'s contiguous share of a global batch: rows [rank·B/W, (rank+1)·B/W). Raises `ValueError` when the
+    world size does not divide the batch (each rank must see as many windows for the average to be the global mean)."""
+    if batch_size % world_size:
+        raise ValueError(f"batch_size={batch_size} is not divisible by the number of processes ({world_size}); "
+                         f"choose a batch size that is a multiple of {world_size}")
+    per_rank = batch_size // world_size
+    return slice(rank * per_rank, (rank + 1) * per_rank)
+
+# %% ../nbs/08_training.ipynb #3e4c3d51
 def train(model: GPT, # trained in place (on its own device)
-          train_data: Tensor, # (N,) int64 token ids
-          val_data: Tensor, # (M,) int64 token ids
-          cfg: TrainConfig,
+          train_data: Tensor | np.ndarray, # (N,) integer token ids (a tensor, or a `numpy.memmap` of a token file)
+          val_data: Tensor | np.ndarray, # (M,) integer token ids
+          train_cfg: TrainConfig,
           out_dir: str | Path | None = None, # if given, a checkpoint `ckpt.pt` is written here at every evaluation
           tokenizer=None, # stored in the checkpoints, so `load_model` can decode
           resume: bool = False, # continue from `out_dir`'s checkpoint, exactly as if never interrupted
           progress: bool = True, # show a tqdm progress bar
           desc: str = "training",
           batch_fn=None, # `batch_fn(data, batch_size, T, generator) -> (token_ids, targets)`; default `get_batch`
+          on_eval=None, # called as `on_eval(step, losses)` after every evaluation (on rank 0)
          ) -> TrainHistory:
     """Train a GPT by minimising the cross-entropy of the next token (J&M eq. 10.51) with AdamW, nanoGPT's warm-up +
     cosine schedule and gradient clipping. Evaluates on both splits every `eval_interval` steps and at the end,
     checkpointing each time. Seeded; a resumed run is bit-for-bit the uninterrupted one on CPU (on a GPU the random
     streams are restored too, but some CUDA kernels are not deterministic).
 
-    `cfg.lr_decay_iters=None` means "decay until this run's `max_iters`": a new run fixes it to that number and
-    records it in the checkpoint, and a resume with `lr_decay_iters=None` keeps the checkpoint's value, so raising
-    `max_iters` on resume continues the same schedule (at `min_lr` past its end) instead of jumping back up the cosine.
-    Raises `TrainingDivergedError` (the last good checkpoint
-    is kept), `CheckpointError` when resuming from a missing or incompatible checkpoint, `ValueError` for data
-    shorter than the context."""
+    Settings come from `new_run_config` (a new run) or `resume_config` (a resume, which keeps the checkpoint's
+    learning-rate schedule). Under `torch.distributed` (e.g. `torchrun`) the model is wrapped in
+    `DistributedDataParallel`; every rank draws the same global batch from the shared seeded generator and computes
+    its `batch_slice`; rank 0 alone evaluates, shows progress and writes checkpoints.
+    Raises `TrainingDivergedError` (the last good checkpoint is kept), `CheckpointError` when resuming from a missing or
+    incompatible checkpoint, `ValueError` for data shorter than the context or a batch the slices do not divide."""
     T = model.config.context_length
     for name, data in (("training", train_data), ("validation", val_data)):
-        if data.dim() != 1 or len(data) <= T:
-            raise ValueError(f"the {name} split has {data.numel()} tokens; it needs more than context_length={T}")
-    device = next(model.parameters()).device
-    optimizer = configure_optimizer(model, cfg)
-    gen = torch.Generator().manual_seed(cfg.seed)  # draws the training batches
-    history, start = TrainHistory(), 0
+        _check_token_ids(data)
+        if len(data) <= T:
+            raise ValueError(f"the {name} split has {len(data)} tokens; it needs more than context_length={T}")
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
     ckpt_path = None if out_dir is None else Path(out_dir)/CHECKPOINT_NAME
     if resume:
         if ckpt_path is None: raise ValueError("resume=True needs out_dir (where the checkpoint is)")
         ckpt = load_checkpoint(ckpt_path)
-        old = ckpt["train_config"] or {}
-        if cfg.lr_decay_iters is None and old.get("max_iters") is not None:  # keep the schedule the run started with
-            cfg = replace(cfg, lr_decay_iters=old["max_iters"] if old.get("lr_decay_iters") is None else old["lr_decay_iters"])
-        _check_resumable(ckpt, model, cfg, tokenizer, ckpt_path)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        history, start = TrainHistory.from_dict(ckpt["history"]), ckpt["step"]
-        if ckpt["rng"]["batch_generator"] is not None: gen.set_state(ckpt["rng"]["batch_generator"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        random.setstate(_as_tuple(ckpt["rng"]["python"]))
-        if ckpt["rng"].get("cuda") is not None and torch.cuda.is_available():
-            for i, state in enumerate(ckpt["rng"]["cuda"][:torch.cuda.device_count()]): torch.cuda.set_rng_state(state, i)
+        _check_resumable(ckpt, model, tokenizer, ckpt_path)
+        train_cfg = resume_config(ckpt["train_config"], train_cfg.to_dict(), ckpt_path)
     else:
-        cfg = replace(cfg, lr_decay_iters=cfg.decay_iters)  # None -> max_iters, recorded so a resume keeps the schedule
-        torch.manual_seed(cfg.seed)  # dropout masks (on every device)
+        train_cfg, notes = new_run_config(train_cfg)
+        for note in notes if rank == 0 else []: print(f"note: {note}", file=sys.stderr)
+    micro = batch_slice(train_cfg.batch_size, 0, world * train_cfg.grad_accum_steps).stop  # windows per forward pass
+    device = next(model.parameters()).device
+    optimizer = configure_optimizer(model, train_cfg)
+    scaler = torch.amp.GradScaler(device.type, enabled=train_cfg.dtype == "float16")
+    gen = torch.Generator().manual_seed(train_cfg.seed)  # draws the training batches (the same on every rank)
+    history, start = TrainHistory(), 0
+    if resume:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])  # moves the moments to the parameters' device
+        if scaler.is_enabled() and ckpt.get("scaler") is not None: scaler.load_state_dict(ckpt["scaler"])
+        history, start = TrainHistory.from_dict(ckpt["history"]), ckpt["step"]
+        _restore_rng(ckpt["rng"], gen, rank, world)
+    else:
+        torch.manual_seed(train_cfg.seed + rank)  # dropout masks (on every device); each rank its own stream
+    step_model = torch.compile(model) if train_cfg.compile else model
+    if world > 1: step_model = DistributedDataParallel(step_model, device_ids=[device.index] if device.type == "cuda" else None)
+    autocast = lambda: torch.autocast(device.type, dtype=DTYPES[train_cfg.dtype], enabled=train_cfg.dtype != "float32")
     model.train()
-    bar = tqdm(total=cfg.max_iters, initial=min(start, cfg.max_iters), disable=not progress, desc=desc, unit="step",
-               dynamic_ncols=True)
+    bar = tqdm(total=train_cfg.max_iters, initial=min(start, train_cfg.max_iters), disable=not progress or rank > 0,
+               desc=desc, unit="step", dynamic_ncols=True)
     splits = {"train": train_data, "val": val_data}
     try:
-        for step in range(start, cfg.max_iters + 1):
-            if (step % cfg.eval_interval == 0 or step == cfg.max_iters) and not (resume and step == start):
-                losses = estimate_loss(model, splits, cfg.batch_size, cfg.eval_iters, seed=cfg.seed + 1)
-                history.steps.append(step)
-                history.train_loss.append(losses["train"])
-                history.val_loss.append(losses["val"])
-                bar.set_postfix(train=f"{losses['train']:.3f}", val=f"{losses['val']:.3f}")
-                if ckpt_path is not None:
-                    save_checkpoint(ckpt_path, model, optimizer, step, cfg, tokenizer, history, gen)
-            if step >= cfg.max_iters: break
-            lr = lr_at(step, cfg)
+        for step in range(start, train_cfg.max_iters + 1):
+            if (step % train_cfg.eval_interval == 0 or step == train_cfg.max_iters) and not (resume and step == start):
+                rank_rng = _gather_rng(world)  # a collective: every rank takes part
+                if rank == 0:
+                    with autocast():
+                        losses = estimate_loss(model, splits, train_cfg.batch_size, train_cfg.eval_iters, train_cfg.seed + 1)
+                    history.steps.append(step)
+                    history.train_loss.append(losses["train"])
+                    history.val_loss.append(losses["val"])
+                    bar.set_postfix(train=f"{losses['train']:.3f}", val=f"{losses['val']:.3f}")
+                    if on_eval is not None: on_eval(step, losses)
+                    if ckpt_path is not None:
+                        save_checkpoint(ckpt_path, model, optimizer, step, train_cfg, tokenizer, history, gen, scaler,
+                                        rank_rng)
+            if step >= train_cfg.max_iters: break
+            lr = lr_at(step, train_cfg)
             for group in optimizer.param_groups: group["lr"] = lr
-            token_ids, targets = (batch_fn or get_batch)(train_data, cfg.batch_size, T, gen)  # (B, T), (B, T)
-            logits = model(token_ids.to(device))  # (B, T, V)
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten())  # J&M eq. 10.51, mean over B·T
-            if not torch.isfinite(loss):
+            token_ids, targets = (batch_fn or get_batch)(train_data, train_cfg.batch_size, T, gen)  # (B, T): all ranks'
+            mine = batch_slice(train_cfg.batch_size, rank, world)
+            token_ids, targets = token_ids[mine], targets[mine]  # (B/W, T) this rank's share
+            optimizer.zero_grad(set_to_none=True)
+            loss_sum = torch.zeros((), device=device)
+            for i in range(train_cfg.grad_accum_steps):
+                last = i == train_cfg.grad_accum_steps - 1
+                sync = contextlib.nullcontext() if world == 1 or last else step_model.no_sync()  # all-reduce once
+                rows = slice(i * micro, (i + 1) * micro)
+                with sync:
+                    with autocast():
+                        logits = step_model(token_ids[rows].to(device))  # (b, T, V)
+                        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[rows].to(device).flatten())  # eq. 10.51
+                    scaler.scale(loss / train_cfg.grad_accum_steps).backward()  # sums to the mean over the batch
+                loss_sum += loss.detach()
+            step_loss = loss_sum / train_cfg.grad_accum_steps
+            if world > 1: dist.all_reduce(step_loss, op=dist.ReduceOp.AVG)  # the loss of the global batch
+            if not torch.isfinite(step_loss):
                 kept = (f"the last good checkpoint (step {history.steps[-1]}) is kept in {ckpt_path}"
                         if ckpt_path is not None and history.steps else "no checkpoint was written")
-                raise TrainingDivergedError(f"the training loss became {loss.item()} at step {step} (lr={lr:.3g}); "
+                raise TrainingDivergedError(f"the training loss became {step_loss.item()} at step {step} (lr={lr:.3g}); "
                                             f"training stopped and {kept}. Try a lower learning rate.")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip > 0: torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            history.iter_loss.append(loss.item())
+            if train_cfg.grad_clip > 0:
+                scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
+                torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+            scaler.step(optimizer)  # skips the step if a float16 gradient overflowed
+            scaler.update()
+            history.iter_loss.append(step_loss.item())
             history.lr.append(lr)
             bar.update(1)
     finally:
         bar.close()
     return history
+
+def _gather_rng(world: int) -> list | None:
+    "Every rank's torch RNG state (a collective), or None on one process."
+    if world == 1: return None
+    states = [None] * world
+    dist.all_gather_object(states, torch.get_rng_state())
+    return states
+
+def _restore_rng(rng: dict, gen: torch.Generator, rank: int, world: int) -> None:
+    "Put back the random states a checkpoint saved: the batch sampler's, dropout's (this rank's), Python's, CUDA's."
+    if rng["batch_generator"] is not None: gen.set_state(rng["batch_generator"])
+    ranks = rng.get("ranks")
+    torch.set_rng_state(ranks[rank] if ranks is not None and len(ranks) == world else rng["torch"])
+    random.setstate(_as_tuple(rng["python"]))
+    if rng.get("cuda") is not None and torch.cuda.is_available():
+        for i, state in enumerate(rng["cuda"][:torch.cuda.device_count()]): torch.cuda.set_rng_state(state, i)
+
+def resolve_device(name: str = "auto", # "auto", "cpu", "cuda", "cuda:1", "mps"
+                  ) -> torch.device:
+    """The device to train on; "auto" picks CUDA, then Apple's MPS, then the CPU. Raises `ValueError` for a device
+    this machine does not have (naming it) or an unknown name."""
+    if name == "auto":
+        if torch.cuda.is_available(): return torch.device("cuda")
+        return torch.device("mps" if torch.backends.mps.is_available() else "cpu")
+    kind = name.split(":")[0]
+    if kind not in ("cpu", "cuda", "mps"): raise ValueError(f"device={name!r} must be auto, cpu, cuda or mps")
+    if kind == "cuda" and not torch.cuda.is_available(): raise ValueError(f"device={name!r}: no CUDA GPU is available")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={name!r}: Apple's MPS backend is not available")
+    return torch.device(name)
+
+def setup_distributed(device: torch.device, # the device `resolve_device` chose
+                     ) -> tuple: # (rank, world_size, device): this process's rank and device
+    """Join the process group `torchrun` describes in the environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+    `MASTER_ADDR`): NCCL between GPUs, gloo on CPUs; each GPU process takes GPU `LOCAL_RANK`. Without torchrun
+    (`WORLD_SIZE` unset or 1) nothing happens: (0, 1, device)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1: return 0, 1, device
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized(): dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size(), device
 
 def _as_tuple(x):
     "`random.setstate` needs tuples; a checkpoint round trip may give lists."
@@ -482,12 +729,65 @@ def baby_gpt_configs(vocab_size: int = 65, # 65 characters in TinyShakespeare
                                       eval_interval=250, eval_iters=20), **train_overrides})
     return model_cfg, train_cfg
 
+# %% ../nbs/08_training.ipynb #4f908239
+PRESETS = ("baby-gpt-char", "gpu-shakespeare-char", "bpe-gpt2")
+
+def preset_configs(name: str = "baby-gpt-char", # one of `PRESETS`
+                   **train_overrides, # e.g. max_iters=200, seed=1
+                  ) -> tuple: # (GPTConfig, TrainConfig)
+    """The book's documented recipes on TinyShakespeare. "baby-gpt-char": nanoGPT's CPU baby GPT (`baby_gpt_configs`).
+    "gpu-shakespeare-char": nanoGPT's `config/train_shakespeare_char.py` (6 layers, 6 heads, d_model 384, context 256,
+    batch 64, dropout 0.2, lr 1e-3, 5,000 steps; nanoGPT reports validation loss 1.4697 on one A100). "bpe-gpt2": the
+    baby GPT on GPT-2's BPE (50,257 ids; 600 steps). Raises `ValueError` for an unknown name."""
+    if name == "baby-gpt-char": return baby_gpt_configs(65, **train_overrides)
+    if name == "bpe-gpt2":
+        return baby_gpt_configs(50257, **{**dict(max_iters=600, lr_decay_iters=600, warmup_iters=50, eval_interval=200),
+                                          **train_overrides})
+    if name == "gpu-shakespeare-char":
+        model_cfg = GPTConfig(vocab_size=65, context_length=256, d_model=384, n_heads=6, n_layers=6, dropout=0.2,
+                              fused=True)
+        train_cfg = TrainConfig(**{**dict(max_iters=5000, batch_size=64, learning_rate=1e-3, min_lr=1e-4,
+                                          warmup_iters=100, lr_decay_iters=5000, beta2=0.99, eval_interval=250,
+                                          eval_iters=200), **train_overrides})
+        return model_cfg, train_cfg
+    raise ValueError(f"unknown preset {name!r}; known: {list(PRESETS)}")
+
+def bits_per_byte(loss: float, # mean cross-entropy, nats per token
+                  n_tokens: int, # tokens in the evaluated text
+                  n_bytes: int, # UTF-8 bytes of the same text
+                 ) -> float: # bits per byte of text
+    """A loss any tokenizer can be compared on: nats/token ÷ ln 2 = bits/token, times tokens per byte. For ASCII text
+    and a character tokenizer it is just the loss in bits (one character = one byte)."""
+    return loss / math.log(2) * n_tokens / n_bytes
+
+# %% ../nbs/08_training.ipynb #e2ba9d67
+def reference_band(preset: str, # one of `PRESETS` that has measured curves
+                   step: int, # the optimizer step
+                  ) -> dict | None: # {"median", "low", "high", "n_seeds"} at `step`, or None outside the measured steps
+    """The validation loss the book measured for `preset` at `step` over several seeds (linear interpolation between
+    evaluations), from `data.load_result("reference_curves")`. None if the preset or the step was not measured."""
+    from .data import load_result
+    try: curves = load_result("reference_curves")["results"].get(preset)
+    except FileNotFoundError: return None
+    if not curves or not curves["steps"][0] <= step <= curves["steps"][-1]: return None
+    band = {k: float(np.interp(step, curves["steps"], curves[k])) for k in ("median", "low", "high")}
+    return {**band, "n_seeds": len(curves["runs"])}
+
+def outside_reference(preset: str, step: int, val_loss: float,
+                      same_settings: bool = True, # the run uses the preset's settings unchanged
+                     ) -> str | None: # one line when `val_loss` lies outside the band, else None
+    "One line saying that a validation loss lies outside the preset's reference band, or None when it is inside."
+    band = reference_band(preset, step)
+    if band is None or band["low"] <= val_loss <= band["high"]: return None
+    where = "above" if val_loss > band["high"] else "below"
+    why = "" if same_settings else " (expected: this run's settings differ from the preset's)"
+    return (f"step {step}: val loss {val_loss:.3f} is {where} the {preset} reference band "
+            f"[{band['low']:.3f}, {band['high']:.3f}] ({band['n_seeds']} seeds, median {band['median']:.3f}){why}")
+
 # %% ../nbs/08_training.ipynb #4c30a0c5
 def _shakespeare_recipe(tokenizer: str) -> tuple:
-    if tokenizer == "char": return baby_gpt_configs(65)
     # GPT-2 BPE: the 50,257 x 128 embedding dominates; fewer, costlier steps.
-    model_cfg, train_cfg = baby_gpt_configs(50257, max_iters=600, lr_decay_iters=600, warmup_iters=50, eval_interval=200)
-    return model_cfg, train_cfg
+    return preset_configs("baby-gpt-char" if tokenizer == "char" else "bpe-gpt2")
 
 def shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
                       progress: bool = True, # progress bar while training (first call only)
@@ -501,6 +801,8 @@ def shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
                                    progress, desc=f"training the {tokenizer} Shakespeare model (once)")
     return load_model(path)
 
+_EXECUTION = {"grad_accum_steps": 1, "dtype": "float32", "compile": False}
+
 def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
                model_cfg: GPTConfig, train_cfg: TrainConfig,
                tokenizer: str, # "char" or "gpt2"
@@ -512,7 +814,10 @@ def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespea
     the configs, key_extra and the code version>`: a finished run is only located, an interrupted one resumes.
     The cache every chapter's trained models share (`shakespeare_model`, `scaling.scaling_run`, ...); load the
     result with `load_model`. `ValueError` if model_cfg.vocab_size is not the tokenizer's."""
-    key = json.dumps({"model": model_cfg.to_dict(), "train": train_cfg.to_dict(), **key_extra,
+    # the settings of chapter 08b only change how a step is executed: left at their defaults they stay out of the
+    # key, so the models cached before they existed are still found
+    train_key = {k: v for k, v in train_cfg.to_dict().items() if k not in _EXECUTION or v != _EXECUTION[k]}
+    key = json.dumps({"model": model_cfg.to_dict(), "train": train_key, **key_extra,
                       "version": transformerbook.__version__}, sort_keys=True)
     out_dir = cache_dir()/"models"/f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     path = out_dir/CHECKPOINT_NAME
