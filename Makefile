@@ -14,9 +14,12 @@ NB_THREADS ?= 1
 
 .PHONY: book test env export outputs site serve bench experiments browser clean
 
-$(STAMP): pyproject.toml
+# The site's toolchain (Sphinx, themes, extensions) is pinned in site/constraints.txt.
+DOCS_CONSTRAINTS := site/constraints.txt
+
+$(STAMP): pyproject.toml $(DOCS_CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,docs]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c $(DOCS_CONSTRAINTS) -e ".[dev,docs]"
 	$(PY) tools/fetch_mathjax.py
 	@touch $(STAMP)
 

@@ -22,7 +22,7 @@ project = "transformerbook"
 author = "transformerbook authors"
 copyright = "the transformerbook authors, Apache-2.0"
 
-extensions = ["myst_nb", "sphinx_exercise", "sphinx_togglebutton", "book_exercises"]
+extensions = ["myst_nb", "sphinx_exercise", "sphinx_togglebutton", "sphinx_copybutton", "book_exercises"]
 exclude_patterns = ["**/.ipynb_checkpoints"]
 
 # myst-nb: the notebooks are executed (or not) before Sphinx runs.
@@ -45,6 +45,8 @@ html_theme_options = {
 }
 html_static_path = ["_static"]
 html_css_files = ["book.css"]
+# Workaround: the visible sidebar toggles get no handler in the pinned themes (see the file).
+html_js_files = ["sidebar-toggles.js"]
 html_copy_source = False
 html_show_sourcelink = False
 html_last_updated_fmt = None

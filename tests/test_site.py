@@ -224,3 +224,37 @@ def test_every_module_docs_link_has_a_markdown_page(book):
         summary = doc.strip().split("\n")[0]
         assert text.startswith("# ") and summary in text, f"{page.name} is not the page of {name}"
         assert not re.search(r"^[ \t]*#\|", text, re.M), f"{page.name} shows cell directives"
+
+
+PHONE, DESKTOP = {"width": 400, "height": 850}, {"width": 1400, "height": 900}
+
+
+def test_phone_drawers_open(base_url, page):
+    "At 400 px the visible ☰ and ☷ buttons open the navigation and the page contents as drawers (dialogs)."
+    page.set_viewport_size(PHONE)
+    for kind, dialog, link_text in [("primary", "pst-primary-sidebar-modal", "Sampling and generation"),
+                                    ("secondary", "pst-secondary-sidebar-modal", "Contents")]:
+        visit(page, f"{base_url}/07_sampling.html")
+        toggles = page.locator(f".{kind}-toggle:visible")
+        assert toggles.count() == 1, f"expected one visible {kind} toggle at 400 px"
+        toggles.first.click()
+        drawer = page.locator(f"#{dialog}")
+        drawer.get_by_text(link_text).first.wait_for(state="visible", timeout=5000)
+        assert drawer.evaluate("d => d.open"), f"the {kind} drawer did not open"
+        box = drawer.bounding_box()
+        assert box and box["width"] > 200, f"the {kind} drawer is not shown ({box})"
+
+
+def test_desktop_sidebar_collapses_and_comes_back(base_url, page):
+    "At 1400 px the article header's ☰ button collapses the chapter list, and a second click brings it back."
+    page.set_viewport_size(DESKTOP)
+    visit(page, f"{base_url}/07_sampling.html")
+    sidebar, toggle = page.locator("#pst-primary-sidebar"), page.locator(".primary-toggle:visible")
+    assert sidebar.is_visible() and toggle.count() == 1
+    article_width = page.locator("main.bd-main").evaluate("e => e.getBoundingClientRect().width")
+    toggle.first.click()
+    sidebar.wait_for(state="hidden", timeout=5000)
+    assert not page.locator("#pst-primary-sidebar-modal").evaluate("d => d.open"), "a drawer opened instead"
+    assert page.locator("main.bd-main").evaluate("e => e.getBoundingClientRect().width") > article_width
+    toggle.first.click()
+    sidebar.wait_for(state="visible", timeout=5000)
