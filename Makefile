@@ -11,6 +11,9 @@ NB ?= nbs
 # two processes with two threads each on two cores run small models many times slower than one thread each.
 WORKERS ?= 2
 NB_THREADS ?= 1
+# `make book SOLUTIONS=0` (or `make site SOLUTIONS=0`): a site without the exercises' solutions, for a course.
+SOLUTIONS ?= 1
+SITE_FLAGS := $(if $(filter 0,$(SOLUTIONS)),--no-solutions)
 
 .PHONY: book test env export outputs site serve bench experiments browser clean
 
@@ -30,12 +33,12 @@ export: env
 	$(PY) tools/make_readme.py
 
 book: export
-	OMP_NUM_THREADS=$(NB_THREADS) $(PY) tools/build_site.py --execute --workers $(WORKERS)
+	OMP_NUM_THREADS=$(NB_THREADS) $(PY) tools/build_site.py --execute --workers $(WORKERS) $(SITE_FLAGS)
 	@echo ""
 	@echo "The book is in _site/. Open _site/index.html in a browser, or serve it with: make serve"
 
 site: export
-	$(PY) tools/build_site.py --workers $(WORKERS)
+	$(PY) tools/build_site.py --workers $(WORKERS) $(SITE_FLAGS)
 
 serve:
 	$(PY) -m http.server --directory _site --bind 127.0.0.1 8000

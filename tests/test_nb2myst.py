@@ -176,3 +176,53 @@ def test_answer_in_the_same_cell_as_its_question_is_split_out():
     assert texts[1] == "~~~{exercise-end}\n~~~"
     assert texts[2].startswith("~~~{solution-start} q-1-1\n:label: ans-1-1") and "## not a heading" in texts[2]
     assert texts[3:] == ["check()", "~~~{solution-end}\n~~~"]
+
+
+@pytest.mark.parametrize("number", ["5a.1", "8b.2", "11.3", "11a.4", "12.10", "A.1"])
+def test_exercise_numbers_of_any_chapter_are_boxed(number):
+    nb = nb2myst.translate(new_notebook(cells=[
+        new_markdown_cell(f"### Exercise {number} — Title (★☆☆)"), new_code_cell("stub()"),
+        new_markdown_cell("#### Solution"), new_code_cell("solve()"),
+        new_markdown_cell(f"### Question {number}0 — Why? (poll)"), new_markdown_cell("#### Answer\n\nBecause.")]))
+    dashed = number.replace(".", "-")
+    assert nb.cells[0].source.startswith(f"~~~{{exercise-start}} Exercise {number} — Title (★☆☆)\n:label: ex-{dashed}\n")
+    assert nb2myst.box_labels(nb) == [f"ex-{dashed}", f"sol-{dashed}", f"q-{dashed}0", f"ans-{dashed}0"]
+    assert not any(c.source.startswith("####") for c in nb.cells), "a Solution/Answer heading was left bare"
+
+
+def test_unrecognised_exercise_heading_warns():
+    with pytest.warns(UserWarning, match="not boxed"):
+        nb2myst.translate(new_notebook(cells=[new_markdown_cell("### Exercise one — no number")]))
+
+
+def test_hint_is_a_collapsed_dropdown_inside_the_exercise_before_the_solution():
+    nb = nb2myst.translate(new_notebook(cells=[
+        new_markdown_cell("### Exercise 5a.1 — Merge"), new_code_cell("stub()"),
+        new_markdown_cell("#### Hint\n\nCount the pairs first."), new_markdown_cell("#### Hint 2: ties\n\nLowest."),
+        new_markdown_cell("#### Solution"), new_code_cell("solve()")]))
+    texts = [c.source for c in nb.cells]
+    assert texts[2] == "~~~{admonition} Hint\n:class: dropdown hint\n\nCount the pairs first.\n~~~"
+    assert texts[3].startswith("~~~{admonition} Hint 2: ties\n:class: dropdown hint\n")
+    assert texts[4] == "~~~{exercise-end}\n~~~" and texts[5].startswith("~~~{solution-start} ex-5a-1")
+
+
+def test_without_solutions_the_solution_cells_are_left_out(sample_chapter):
+    nb = nb2myst.translate(sample_chapter, solutions=False)
+    text = sources(nb)
+    assert "solution-start" not in text and "return x + 1" not in text and "counting starts at zero" not in text
+    assert nb2myst.box_labels(nb) == ["ex-99-1", "q-99-2"]
+    assert "raise NotImplementedError" in text and "Why would anyone add one?" in text  # the exercises stay
+    after = new_notebook(cells=[new_markdown_cell("### Exercise 1.1 — A"), new_markdown_cell("#### Solution"),
+                                new_code_cell("secret()"), new_markdown_cell("## Next section"), new_code_cell("kept()")])
+    assert [c.source for c in nb2myst.translate(after, solutions=False).cells][-2:] == ["## Next section", "kept()"]
+
+
+def test_stale_bool_result_of_a_checker_call_is_dropped():
+    result = lambda text: new_output("execute_result", data={"text/plain": text}, execution_count=1)
+    pass_line = new_output("stream", name="stdout", text="PASS  Exercise 4.1\n")
+    nb = nb2myst.translate(new_notebook(cells=[
+        new_code_cell("#| exercise\ncheck_layer_norm(layer_norm)", outputs=[pass_line, result("True")]),
+        new_code_cell("checks.check_pack(pack)", outputs=[result("False")]),
+        new_code_cell("x = 1\nx > 0", outputs=[result("True")])]))
+    assert [len(c.outputs) for c in nb.cells] == [1, 0, 1]  # only checker calls lose their result
+    assert nb.cells[0].outputs[0].text.startswith("PASS")

@@ -46,8 +46,31 @@ def toctree(entries: list[str], caption: str) -> str:
     return "```{toctree}\n:hidden:\n:maxdepth: 2\n:caption: " + caption + "\n\n" + "\n".join(entries) + "\n```"
 
 
+def chapter_number(stem: str) -> str | None:
+    "The chapter number in a notebook file name, as its exercises use it: `05a_tokenization` -> `5a`, `11_x` -> `11`."
+    m = re.match(r"(\d+)([a-z]*)_", stem)
+    return f"{int(m.group(1))}{m.group(2)}" if m else None
+
+
+def notebook_title(nb) -> str | None:
+    "The text of the notebook's first `# Title` heading, or None."
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and (m := re.search(r"^#[ \t]+(.+?)[ \t]*$", cell.source, re.M)):
+            return m.group(1)
+    return None
+
+
+def numbered_entry(doc: str, nb) -> str:
+    "A toctree entry for page `doc` titled with its chapter number: `5a. Tokenization <05a_tokenization>`."
+    number, title = chapter_number(doc.rsplit("/", 1)[-1]), notebook_title(nb)
+    if not (number and title):
+        return doc
+    title = title.replace("<", "\\<")  # `<` would start the target of the entry
+    return f"{number}. {title} <{doc}>"
+
+
 def home_page(home: Path | None, chapters: list[str], checks: list[str], title: str):
-    "The translated home notebook (or a minimal one with `title`) with the book's table of contents appended."
+    "The translated home notebook (or a minimal one with `title`) with the book's table of contents (entries) appended."
     nb = (nb2myst.translate(nbformat.read(home, as_version=4)) if home
           else nbformat.v4.new_notebook(cells=[new_markdown_cell(f"# {title}")]))
     nb.cells.append(new_markdown_cell(toctree(chapters, "Chapters")))
@@ -57,26 +80,29 @@ def home_page(home: Path | None, chapters: list[str], checks: list[str], title: 
 
 
 def prepare_sources(nbs: Path, src_root: Path, dst: Path, title: str,
-                    book: tuple[Path | None, list[Path], list[Path]]) -> list[Path]:
+                    book: tuple[Path | None, list[Path], list[Path]], solutions: bool = True) -> list[Path]:
     """Translate the `book` (home, chapters, checks: see `book_notebooks`; read from `src_root`, laid out like `nbs`)
-    into `dst`, with the toctree; copy images; delete files in `dst` without a source. Returns the written files."""
+    into `dst`, with the toctree (chapters titled with their numbers); copy images; delete files in `dst` without a
+    source. With `solutions=False`, exercise solutions are left out. Returns the written files."""
     home, chapters, checks = book
 
-    def docs(paths: list[Path]) -> list[str]:  # Sphinx document names, e.g. "checks/01_attention"
-        return [p.relative_to(nbs).with_suffix("").as_posix() for p in paths]
+    def doc(path: Path) -> str:  # Sphinx document name, e.g. "checks/01_attention"
+        return path.relative_to(nbs).with_suffix("").as_posix()
 
-    written, labels = [], {}
+    written, labels, entries = [], {}, {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for nb_path in chapters + checks:
             rel = nb_path.relative_to(nbs)
-            nb = nb2myst.translate(nbformat.read(src_root / rel, as_version=4))
+            nb = nb2myst.translate(nbformat.read(src_root / rel, as_version=4), solutions=solutions)
             for label in nb2myst.box_labels(nb):
                 labels.setdefault(label, []).append(str(rel))
             nb2myst.write_notebook(nb, dst / rel)
             written.append(dst / rel)
+            entries[nb_path] = numbered_entry(doc(nb_path), nb) if nb_path in chapters else doc(nb_path)
         index = dst / f"{HOME}.ipynb"
-        home_nb = home_page(home and src_root / home.relative_to(nbs), docs(chapters), docs(checks), title)
+        home_nb = home_page(home and src_root / home.relative_to(nbs), [entries[p] for p in chapters],
+                            [entries[p] for p in checks], title)
         nb2myst.write_notebook(home_nb, index)
         written.append(index)
     for w in caught:
@@ -152,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nbs", type=Path, default=ROOT / "nbs", help="notebook folder (default: nbs)")
     ap.add_argument("--build", type=Path, default=ROOT / "_build", help="intermediate files (default: _build)")
     ap.add_argument("--title", default="transformerbook", help="title of the home page when nbs has no index.ipynb")
+    ap.add_argument("--no-solutions", action="store_true",
+                    help="leave the exercises' solutions and the questions' answers out of the site (`SOLUTIONS=0`)")
     args = ap.parse_args(argv)
     nbs, build = args.nbs.resolve(), args.build.resolve()
 
@@ -165,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         if execute_nbs.main([*paths, "--out", str(src_root), "--root", str(nbs), "--workers", str(args.workers)]):
             print("error: some notebooks failed to execute (see above); the site was not built", file=sys.stderr)
             return 1
-    pages = prepare_sources(nbs, src_root, build / "myst", args.title, book)
+    pages = prepare_sources(nbs, src_root, build / "myst", args.title, book, solutions=not args.no_solutions)
     print(f"Translated {sum(p.suffix == '.ipynb' for p in pages)} notebooks; running Sphinx ...", flush=True)
     code = run_sphinx(build / "myst", args.out, build / "doctrees")
     if code:

@@ -1,7 +1,8 @@
 """The small toolkit behind every exercise checker: one pass line, or an error that says exactly what is wrong.
 
 **In the package** (`transformerbook.checks.core`): the tools every checker is built from. `checker(title)` turns a
-function into a checker that prints PASS or NOT YET; `call_learner` calls the reader's code, so that a crash in it
+function into a checker that prints PASS or NOT YET and returns a `Verdict` (true when it passed, shown as nothing
+in a notebook); `call_learner` calls the reader's code, so that a crash in it
 becomes a failed check with a one-line message; `assert_tensors_close` and `diagnose` compare an answer with the reference and with known mistakes,
 to say which mistake it is; `MetaCase` records a checker's reference and known-wrong answers, so that the checker
 itself can be tested.
@@ -20,7 +21,22 @@ from typing import Callable
 import torch
 
 # %% auto #0
-__all__ = ['checker', 'assert_tensors_close', 'call_learner', 'diagnose', 'MetaCase']
+__all__ = ['Verdict', 'checker', 'assert_tensors_close', 'call_learner', 'diagnose', 'MetaCase']
+
+# %% ../../nbs/checks/00_core.ipynb #a45ae6eb
+class Verdict:
+    "A checker's result: true if the answer passed. It displays as nothing, since the checker has printed its line."
+    def __init__(self,
+                 passed: bool, # whether the answer passed
+                 message: str, # the line the checker printed
+                ):
+        self.passed, self.message = bool(passed), message
+
+    def __bool__(self) -> bool: return self.passed
+    def __eq__(self, other) -> bool: return self.passed == (other.passed if isinstance(other, Verdict) else other)
+    def __hash__(self) -> int: return hash(self.passed)
+    def __repr__(self) -> str: return f"Verdict({self.passed}, {self.message!r})"
+    def _ipython_display_(self) -> None: "Show nothing in Jupyter (IPython calls this instead of displaying a repr)."
 
 # %% ../../nbs/checks/00_core.ipynb #34dc216f
 def checker(title: str, # what is being checked, e.g. "Exercise 1.2 — scaled dot-product attention"
@@ -28,14 +44,15 @@ def checker(title: str, # what is being checked, e.g. "Exercise 1.2 — scaled d
     "Decorator that turns a function raising `AssertionError` on a wrong answer into a checker with PASS / NOT YET lines."
     def decorate(check: Callable) -> Callable:
         @functools.wraps(check)
-        def run(candidate, *args, **kwargs) -> bool:
+        def run(candidate, *args, **kwargs) -> Verdict:
             try:
                 check(candidate, *args, **kwargs)
             except NotImplementedError:
-                print(f"NOT YET  {title}: your code raises NotImplementedError. Fill in the stub and run this cell again.")
-                return False
+                message = f"NOT YET  {title}: your code raises NotImplementedError. Fill in the stub and run this cell again."
+                print(message)
+                return Verdict(False, message)
             print(f"PASS  {title}")
-            return True
+            return Verdict(True, f"PASS  {title}")
         return run
     return decorate
 
