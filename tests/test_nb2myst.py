@@ -144,8 +144,13 @@ def test_export_cells_get_api_docs_of_public_objects(fake_lib):
     assert [c.cell_type for c in nb.cells] == ["code", "markdown", "code"]  # no API doc after `exporti`
     doc = nb.cells[1].source
     assert doc.startswith("~~~{admonition} `add`\n:class: api\n") and doc.count(":class: api") == 2
-    assert "def add(" in doc and "# first" in doc and "*Add `a` and `b`.*" in doc and "class Box(" in doc
+    assert "*Add `a` and `b`.*" in doc and "*A box.*" in doc
+    assert "def add(" not in doc and "class Box(" not in doc, "the signature repeats the code right above the box"
     assert "_private" not in doc
+    hidden = nb2myst.translate(new_notebook(cells=[new_code_cell("#| default_exp checks.toy"),
+                                                   new_code_cell("#| export\n#| echo: false\n" + src)]), lib=fake_lib)
+    doc = hidden.cells[1].source  # the code is not shown: the box gives the signature
+    assert "def add(" in doc and "# first" in doc and "class Box(" in doc
     for raw in ("---", "{target=", ":::", "#LNone"):
         assert raw not in doc
 
@@ -226,3 +231,40 @@ def test_stale_bool_result_of_a_checker_call_is_dropped():
         new_code_cell("x = 1\nx > 0", outputs=[result("True")])]))
     assert [len(c.outputs) for c in nb.cells] == [1, 0, 1]  # only checker calls lose their result
     assert nb.cells[0].outputs[0].text.startswith("PASS")
+
+
+@pytest.mark.parametrize("source, kind", [
+    ("from __future__ import annotations\n\nimport torch\nfrom torch import nn", "imports"),
+    ("#| export\nimport math", "imports"),
+    ("test_eq(f(1), 2)\ntest_fail(lambda: f(-1), contains='x')", "tests"),
+    ("from fastcore.test import test_eq\ntest_eq(1, 1)\nassert 2 > 1", "tests"),
+    ("torch.testing.assert_close(a, b)\nfor i in range(3):\n    test_close(g(i), i)", "tests"),
+    ("x = f(1)\ntest_eq(x, 2)", None),
+    ("print(f(1))", None),
+    ("check_attention(my_attention)", None),
+    ("def f(): pass", None),
+    ("", None),
+])
+def test_scaffolding_kinds(source, kind):
+    assert nb2myst.scaffolding(source) == kind
+
+
+def test_import_and_test_cells_are_folded_behind_toggles():
+    nb = nb2myst.translate(new_notebook(cells=[
+        new_code_cell("import torch"), new_code_cell("test_eq(1 + 1, 2)"), new_code_cell("y = 2\nprint(y)"),
+        new_code_cell("#| echo: false\nimport torch")]))
+    assert nb.cells[0].metadata == {"tags": ["hide-input"], "mystnb": {"code_prompt_show": "Show imports",
+                                                                        "code_prompt_hide": "Hide imports"}}
+    assert nb.cells[1].metadata.mystnb.code_prompt_show == "Show tests"
+    assert nb.cells[2].metadata == {}
+    assert nb.cells[3].metadata == {"tags": ["remove-input"]}  # already hidden: not folded
+
+
+def test_reading_order_puts_goals_then_api_list_after_the_title():
+    nb = nb2myst.translate(new_notebook(cells=[
+        new_markdown_cell("# T\n> summary"), new_markdown_cell("#| export\n**In the package**: `f`."),
+        new_code_cell("import torch"), new_markdown_cell("**You will learn**\n\n- a\n\n## First section\n\nText"),
+        new_code_cell("x = 1"), new_markdown_cell("You will learn nothing here.")]))
+    texts = [c.source.split("\n")[0] for c in nb.cells]
+    assert texts == ["# T", "**You will learn**", "**In the package**: `f`.", "import torch", "## First section",
+                     "x = 1", "You will learn nothing here."]

@@ -140,7 +140,7 @@ FACTS_JS = """() => {
       shown: [...d.children].filter(c => !c.classList.contains("admonition-title")).some(visible) })),
     bare: [...article.querySelectorAll("h1, h2, h3, h4, h5, h6")].map(h => h.textContent.trim())
       .filter(t => /^(Solution|Answer|Hint)\\b/.test(t)),
-    bools: [...article.querySelectorAll("div.cell_output")].map(o => o.innerText.trim())
+    bools: [...article.querySelectorAll("div.cell_output div.output")].map(o => o.innerText.trim())
       .filter(t => t === "True" || t === "False"),
     width: document.documentElement.scrollWidth,
   };

@@ -15,6 +15,9 @@ and `:::` fenced divs. Sphinx + myst-nb does not, so this module rewrites a note
   ANSI escapes are stripped from streams and tracebacks.
 - the first cell's `> summary` becomes a lead paragraph; Quarto-only markup (`{#id .class}` attributes,
   `:::` divs, callouts) becomes MyST or is removed.
+- the reading path: the "You will learn" cell and then the "**In the package**" list follow the title; cells that
+  are only imports or only tests (`test_eq`, `test_fail`, `test_close`, `assert_close`, `assert`) are folded behind
+  "Show imports" / "Show tests" toggles; API boxes under the code that defines them leave out its signature.
 
     python tools/nb2myst.py nbs/01_attention.ipynb _build/myst/01_attention.ipynb
 """
@@ -36,6 +39,9 @@ from nbdev.showdoc import show_doc, showdoc_nm
 LIB = "transformerbook"  # the package `#| default_exp` modules live in
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 EXPORT_DIRECTIVES = {"export", "exports"}  # followed by API docs; `exporti` (internal) is shown without them
+# Calls that make a cell a test cell (folded on the site): fastcore.test's and torch.testing's.
+TEST_FUNCTIONS = {"test_eq", "test_ne", "test_fail", "test_close", "test_is", "test_eq_type", "test_stdout",
+                  "test_warns", "test_shuffled", "assert_close"}
 
 _DIRECTIVE_LINE = re.compile(r"^[ \t]*#\|.*(?:\n|$)", re.M)
 _ANSI = re.compile(r"\x1b(?:[@-Z\\-_]|\[[0-?]*[ -/]*[@-~])")
@@ -55,6 +61,7 @@ _SUMMARY = re.compile(r"^(?:>[ \t]?.*(?:\n|$))+", re.M)
 _HEADING_ATTRS = re.compile(r"^(#{1,6}[ \t].*?)[ \t]*\{([#.][^{}]*|[\w-]+=[^{}]*)\}[ \t]*$", re.M)
 _LINK_ATTRS = re.compile(r"(\]\([^)\s]*(?:\s+\"[^\"]*\")?\))\{(?:[#.][^{}]*|[^{}]*=[^{}]*)\}")
 _SOURCE_LINK = re.compile(r"^(\[source\]\(.*\))$", re.M)  # show_doc's link to the code on GitHub
+_SIGNATURE = re.compile(r"^```python\n.*?^```[ \t]*\n?", re.M | re.S)  # show_doc's signature block
 _DIV_FENCE = re.compile(r"^(:{3,})[ \t]*(\{[^}]*\}|[\w-]+)?[ \t]*$")
 _CALLOUT = re.compile(r"\.callout-(note|tip|warning|important|caution)\b")
 _CALLOUT_TITLE = re.compile(r"title=\"([^\"]*)\"")
@@ -136,13 +143,16 @@ def clean_markdown_output(md: str) -> str:
 
 # ---------------------------------------------------------------------------------------- API docs
 
-def api_box(showdoc_md: str) -> str:
-    "nbdev `show_doc` markdown as a MyST admonition of class `api` titled with the object's name."
+def api_box(showdoc_md: str, signature: bool = True) -> str:
+    """nbdev `show_doc` markdown as a MyST admonition of class `api` titled with the object's name; without its
+    signature (the code block) if not `signature`, e.g. right under the code that defines the object."""
     body = showdoc_md.strip().removeprefix("---").strip().replace("#LNone", "")  # no line number known
     heading = re.search(r"^#{1,6}[ \t]+(.+?)[ \t]*$", body, re.M)
     name = heading.group(1) if heading else "API"
     if heading:
         body = body[:heading.start()] + body[heading.end():]
+    if not signature:
+        body = _SIGNATURE.sub("", body, count=1)
     body = _SOURCE_LINK.sub(r"{.api-source}\n\1", clean_quarto(body).strip())  # styled: floats right
     longest = max((len(run) for run in re.findall(r"~+", body)), default=0)
     fence = "~" * max(3, longest + 1)  # a tilde fence: its title may hold backticks, and ``` code blocks nest inside
@@ -163,8 +173,10 @@ def public_names(source: str) -> list[str]:
     return names
 
 
-def api_docs(source: str, module: str | None, lib: str = LIB, skip: set[str] = frozenset()) -> str | None:
-    "Markdown with an API box for each public object defined in the exported cell `source`, or None if there is none."
+def api_docs(source: str, module: str | None, lib: str = LIB, skip: set[str] = frozenset(),
+             signature: bool = True) -> str | None:
+    """Markdown with an API box for each public object defined in the exported cell `source`, or None if there is none;
+    the boxes leave the signature out if not `signature` (when the cell's code is shown just above them)."""
     names = [n for n in public_names(source) if n not in skip]
     if not names:
         return None
@@ -188,8 +200,39 @@ def api_docs(source: str, module: str | None, lib: str = LIB, skip: set[str] = f
         md = show_doc(obj, name=name)._repr_markdown_()
         if inspect.isclass(obj):  # nbdev renders a class's signature as `def Name(...)`
             md = md.replace(f"def {name.rsplit('.', 1)[-1]}(", f"class {name.rsplit('.', 1)[-1]}(", 1)
-        boxes.append(api_box(md))
+        boxes.append(api_box(md, signature))
     return "\n\n".join(boxes) or None
+
+
+# ------------------------------------------------------------------------------------- scaffolding
+
+def _is_test(node: ast.stmt) -> bool:
+    "An `assert`, a call of a test function (`test_eq(...)`, `torch.testing.assert_close(...)`), or a loop of them."
+    if isinstance(node, ast.Assert):
+        return True
+    if isinstance(node, ast.For):
+        return all(map(_is_test, node.body)) and not node.orelse
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        func = node.value.func
+        return (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) in TEST_FUNCTIONS
+    return False
+
+
+def scaffolding(source: str) -> str | None:
+    """`"imports"` if the code is only imports, `"tests"` if it is only tests (nbdev-style `test_eq`/`test_fail`/
+    `test_close`/`assert_close` calls and `assert`s, possibly with imports), else None: such cells are folded."""
+    try:
+        body = ast.parse(strip_directives(source)).body
+    except SyntaxError:
+        return None
+    if not body:
+        return None
+    imports = [isinstance(n, (ast.Import, ast.ImportFrom)) for n in body]
+    if all(imports):
+        return "imports"
+    if all(i or _is_test(n) for i, n in zip(imports, body)):
+        return "tests"
+    return None
 
 
 # ---------------------------------------------------------------------------------------- exercises
@@ -289,6 +332,25 @@ def _hint_block(title: str, body: str) -> str:
     return f"{fence}{{admonition}} {title}\n:class: dropdown hint\n\n{body}\n{fence}"
 
 
+def without_solutions(nb):
+    """A copy of an nbdev notebook (not translated) without its solutions and answers: from each `#### Solution` /
+    `#### Answer` that follows an exercise or question to the next `##`/`###` heading; the rest is kept as it is."""
+    nb = nbformat.from_dict(nb)
+    cells, in_box, dropping = [], False, False
+    for cell in split_at_headings(nb.cells):
+        if cell.cell_type == "markdown":
+            if _SECTION_HEADING.search(cell.source):
+                dropping, in_box = False, bool(_BOX_START.match(cell.source))
+            elif in_box and _SOLUTION_START.match(cell.source):
+                dropping = True
+        if not dropping:
+            cells.append(cell)
+    for i, cell in enumerate(cells):
+        cell.setdefault("id", f"nosol-{i}")
+    nb.cells = cells
+    return nb
+
+
 def box_labels(nb) -> list[str]:
     "The labels of the exercise and solution boxes in a translated notebook (they must be unique in the book)."
     return [label for c in nb.cells if c.cell_type == "markdown"
@@ -302,6 +364,21 @@ def title_cell(cell) -> None:
     if cell.cell_type == "markdown" and re.match(r"\s*#[ \t]", cell.source):
         cell.source = _SUMMARY.sub(lambda m: "\n{.lead}\n" + re.sub(r"^>[ \t]?", "", m.group(0), flags=re.M),
                                    cell.source, count=1)
+
+
+def reading_order(cells: list) -> list:
+    """The opening in reading order: the title cell, then the "You will learn" cell, then the "**In the package**"
+    API list, then everything else as it was (imports included). Only cells before the first `##` section move."""
+    first = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), None)
+    if first is None:
+        return cells
+    end = next((i for i, c in enumerate(cells) if i > first and c.cell_type == "markdown"
+                and re.match(r"\s*##[ \t]", c.source)), len(cells))
+    markdown = [c for c in cells[first + 1:end] if c.cell_type == "markdown"]
+    moved = ([c for c in markdown if "You will learn" in c.source][:1]
+             + [c for c in markdown if c.source.lstrip().startswith("**In the package**")][:1])
+    rest = [c for c in cells[first + 1:] if not any(c is m for m in moved)]
+    return cells[:first + 1] + moved + rest
 
 
 def translate(nb, lib: str = LIB, solutions: bool = True):
@@ -325,7 +402,11 @@ def translate(nb, lib: str = LIB, solutions: bool = True):
         tags += ["remove-input"] if d.get("echo") == "false" else []
         tags += ["remove-output"] if d.get("output") == "false" else []
         cell.metadata = {"tags": tags} if tags else {}
-        doc = api_docs(cell.source, module, lib, skip=shown) if EXPORT_DIRECTIVES & d.keys() else None
+        if (kind := scaffolding(cell.source)) and "remove-input" not in tags:  # folded behind a "Show ..." toggle
+            cell.metadata = {"tags": tags + ["hide-input"],
+                             "mystnb": {"code_prompt_show": f"Show {kind}", "code_prompt_hide": f"Hide {kind}"}}
+        doc = (api_docs(cell.source, module, lib, skip=shown, signature="remove-input" in tags)
+               if EXPORT_DIRECTIVES & d.keys() else None)
         cell.source = strip_directives(cell.source)
         cell.outputs = clean_outputs(cell.outputs)
         if ends_with_checker_call(cell.source):
@@ -337,7 +418,7 @@ def translate(nb, lib: str = LIB, solutions: bool = True):
     first_md = next((c for c in cells if c.cell_type == "markdown"), None)
     if first_md:
         title_cell(first_md)
-    nb.cells = gate_exercises(split_at_headings(cells), solutions)
+    nb.cells = gate_exercises(reading_order(split_at_headings(cells)), solutions)
     for i, cell in enumerate(nb.cells):  # nbformat 4.5 requires ids on every cell; deterministic for new ones
         cell.setdefault("id", f"nb2myst-{i}")
     nb.nbformat_minor = max(nb.nbformat_minor, 5)
