@@ -12,12 +12,18 @@ NB ?= nbs
 # two processes with two threads each on two cores run small models many times slower than one thread each.
 WORKERS ?= 2
 NB_THREADS ?= 1
+# `make book SOLUTIONS=0` (or `make site SOLUTIONS=0`): a site without the exercises' solutions, for a course.
+SOLUTIONS ?= 1
+SITE_FLAGS := $(if $(filter 0,$(SOLUTIONS)),--no-solutions)
 
 .PHONY: book test lint env export outputs site serve bench experiments browser clean
 
-$(STAMP): pyproject.toml
+# The site's toolchain (Sphinx, themes, extensions) is pinned in site/constraints.txt.
+DOCS_CONSTRAINTS := site/constraints.txt
+
+$(STAMP): pyproject.toml $(DOCS_CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,docs]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c $(DOCS_CONSTRAINTS) -e ".[dev,docs]"
 	$(PY) tools/fetch_mathjax.py
 	@touch $(STAMP)
 
@@ -28,12 +34,12 @@ export: env
 	$(PY) tools/make_readme.py
 
 book: export
-	OMP_NUM_THREADS=$(NB_THREADS) $(PY) tools/build_site.py --execute --workers $(WORKERS)
+	OMP_NUM_THREADS=$(NB_THREADS) $(PY) tools/build_site.py --execute --workers $(WORKERS) $(SITE_FLAGS)
 	@echo ""
 	@echo "The book is in _site/. Open _site/index.html in a browser, or serve it with: make serve"
 
 site: export
-	$(PY) tools/build_site.py --workers $(WORKERS)
+	$(PY) tools/build_site.py --workers $(WORKERS) $(SITE_FLAGS)
 
 serve:
 	$(PY) -m http.server --directory _site --bind 127.0.0.1 8000

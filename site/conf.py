@@ -22,8 +22,8 @@ project = "transformerbook"
 author = "transformerbook authors"
 copyright = "the transformerbook authors, Apache-2.0"
 
-extensions = ["myst_nb", "sphinx_exercise", "sphinx_togglebutton", "book_exercises"]
-exclude_patterns = ["**/.ipynb_checkpoints"]
+extensions = ["myst_nb", "sphinx_exercise", "sphinx_togglebutton", "sphinx_copybutton", "book_exercises"]
+exclude_patterns = ["**/.ipynb_checkpoints", "_notebooks"]  # _notebooks: the downloadable copies
 
 # myst-nb: the notebooks are executed (or not) before Sphinx runs.
 nb_execution_mode = "off"
@@ -45,9 +45,14 @@ html_theme_options = {
 }
 html_static_path = ["_static"]
 html_css_files = ["book.css"]
+# Workaround: the visible sidebar toggles get no handler in the pinned themes (see the file).
+html_js_files = ["sidebar-toggles.js"]
+# Search: sections rank above the checker appendix and the contents page; snippets without TeX (see the file).
+html_search_scorer = str(SITE / "_static" / "search-scorer.js")
 html_copy_source = False
 html_show_sourcelink = False
 html_last_updated_fmt = None
+html_context = {"default_mode": "auto"}  # the theme logs an error for an unset mode on a first visit
 
 if (MATHJAX / "tex-mml-chtml.js").is_file():
     mathjax_path = "mathjax/tex-mml-chtml.js"  # relative to _static/, copied there by `copy_mathjax`

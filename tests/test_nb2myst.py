@@ -144,8 +144,13 @@ def test_export_cells_get_api_docs_of_public_objects(fake_lib):
     assert [c.cell_type for c in nb.cells] == ["code", "markdown", "code"]  # no API doc after `exporti`
     doc = nb.cells[1].source
     assert doc.startswith("~~~{admonition} `add`\n:class: api\n") and doc.count(":class: api") == 2
-    assert "def add(" in doc and "# first" in doc and "*Add `a` and `b`.*" in doc and "class Box(" in doc
+    assert "*Add `a` and `b`.*" in doc and "*A box.*" in doc
+    assert "def add(" not in doc and "class Box(" not in doc, "the signature repeats the code right above the box"
     assert "_private" not in doc
+    hidden = nb2myst.translate(new_notebook(cells=[new_code_cell("#| default_exp checks.toy"),
+                                                   new_code_cell("#| export\n#| echo: false\n" + src)]), lib=fake_lib)
+    doc = hidden.cells[1].source  # the code is not shown: the box gives the signature
+    assert "def add(" in doc and "# first" in doc and "class Box(" in doc
     for raw in ("---", "{target=", ":::", "#LNone"):
         assert raw not in doc
 
@@ -176,3 +181,90 @@ def test_answer_in_the_same_cell_as_its_question_is_split_out():
     assert texts[1] == "~~~{exercise-end}\n~~~"
     assert texts[2].startswith("~~~{solution-start} q-1-1\n:label: ans-1-1") and "## not a heading" in texts[2]
     assert texts[3:] == ["check()", "~~~{solution-end}\n~~~"]
+
+
+@pytest.mark.parametrize("number", ["5a.1", "8b.2", "11.3", "11a.4", "12.10", "A.1"])
+def test_exercise_numbers_of_any_chapter_are_boxed(number):
+    nb = nb2myst.translate(new_notebook(cells=[
+        new_markdown_cell(f"### Exercise {number} — Title (★☆☆)"), new_code_cell("stub()"),
+        new_markdown_cell("#### Solution"), new_code_cell("solve()"),
+        new_markdown_cell(f"### Question {number}0 — Why? (poll)"), new_markdown_cell("#### Answer\n\nBecause.")]))
+    dashed = number.replace(".", "-")
+    assert nb.cells[0].source.startswith(f"~~~{{exercise-start}} Exercise {number} — Title (★☆☆)\n:label: ex-{dashed}\n")
+    assert nb2myst.box_labels(nb) == [f"ex-{dashed}", f"sol-{dashed}", f"q-{dashed}0", f"ans-{dashed}0"]
+    assert not any(c.source.startswith("####") for c in nb.cells), "a Solution/Answer heading was left bare"
+
+
+def test_unrecognised_exercise_heading_warns():
+    with pytest.warns(UserWarning, match="not boxed"):
+        nb2myst.translate(new_notebook(cells=[new_markdown_cell("### Exercise one — no number")]))
+
+
+def test_hint_is_a_collapsed_dropdown_inside_the_exercise_before_the_solution():
+    nb = nb2myst.translate(new_notebook(cells=[
+        new_markdown_cell("### Exercise 5a.1 — Merge"), new_code_cell("stub()"),
+        new_markdown_cell("#### Hint\n\nCount the pairs first."), new_markdown_cell("#### Hint 2: ties\n\nLowest."),
+        new_markdown_cell("#### Solution"), new_code_cell("solve()")]))
+    texts = [c.source for c in nb.cells]
+    assert texts[2] == "~~~{admonition} Hint\n:class: dropdown hint\n\nCount the pairs first.\n~~~"
+    assert texts[3].startswith("~~~{admonition} Hint 2: ties\n:class: dropdown hint\n")
+    assert texts[4] == "~~~{exercise-end}\n~~~" and texts[5].startswith("~~~{solution-start} ex-5a-1")
+
+
+def test_without_solutions_the_solution_cells_are_left_out(sample_chapter):
+    nb = nb2myst.translate(sample_chapter, solutions=False)
+    text = sources(nb)
+    assert "solution-start" not in text and "return x + 1" not in text and "counting starts at zero" not in text
+    assert nb2myst.box_labels(nb) == ["ex-99-1", "q-99-2"]
+    assert "raise NotImplementedError" in text and "Why would anyone add one?" in text  # the exercises stay
+    after = new_notebook(cells=[new_markdown_cell("### Exercise 1.1 — A"), new_markdown_cell("#### Solution"),
+                                new_code_cell("secret()"), new_markdown_cell("## Next section"), new_code_cell("kept()")])
+    assert [c.source for c in nb2myst.translate(after, solutions=False).cells][-2:] == ["## Next section", "kept()"]
+
+
+def test_stale_bool_result_of_a_checker_call_is_dropped():
+    result = lambda text: new_output("execute_result", data={"text/plain": text}, execution_count=1)
+    pass_line = new_output("stream", name="stdout", text="PASS  Exercise 4.1\n")
+    nb = nb2myst.translate(new_notebook(cells=[
+        new_code_cell("#| exercise\ncheck_layer_norm(layer_norm)", outputs=[pass_line, result("True")]),
+        new_code_cell("checks.check_pack(pack)", outputs=[result("False")]),
+        new_code_cell("x = 1\nx > 0", outputs=[result("True")])]))
+    assert [len(c.outputs) for c in nb.cells] == [1, 0, 1]  # only checker calls lose their result
+    assert nb.cells[0].outputs[0].text.startswith("PASS")
+
+
+@pytest.mark.parametrize("source, kind", [
+    ("from __future__ import annotations\n\nimport torch\nfrom torch import nn", "imports"),
+    ("#| export\nimport math", "imports"),
+    ("test_eq(f(1), 2)\ntest_fail(lambda: f(-1), contains='x')", "tests"),
+    ("from fastcore.test import test_eq\ntest_eq(1, 1)\nassert 2 > 1", "tests"),
+    ("torch.testing.assert_close(a, b)\nfor i in range(3):\n    test_close(g(i), i)", "tests"),
+    ("x = f(1)\ntest_eq(x, 2)", None),
+    ("print(f(1))", None),
+    ("check_attention(my_attention)", None),
+    ("def f(): pass", None),
+    ("", None),
+])
+def test_scaffolding_kinds(source, kind):
+    assert nb2myst.scaffolding(source) == kind
+
+
+def test_import_and_test_cells_are_folded_behind_toggles():
+    nb = nb2myst.translate(new_notebook(cells=[
+        new_code_cell("import torch"), new_code_cell("test_eq(1 + 1, 2)"), new_code_cell("y = 2\nprint(y)"),
+        new_code_cell("#| echo: false\nimport torch")]))
+    assert nb.cells[0].metadata == {"tags": ["hide-input"], "mystnb": {"code_prompt_show": "Show imports",
+                                                                        "code_prompt_hide": "Hide imports"}}
+    assert nb.cells[1].metadata.mystnb.code_prompt_show == "Show tests"
+    assert nb.cells[2].metadata == {}
+    assert nb.cells[3].metadata == {"tags": ["remove-input"]}  # already hidden: not folded
+
+
+def test_reading_order_puts_goals_then_api_list_after_the_title():
+    nb = nb2myst.translate(new_notebook(cells=[
+        new_markdown_cell("# T\n> summary"), new_markdown_cell("#| export\n**In the package**: `f`."),
+        new_code_cell("import torch"), new_markdown_cell("**You will learn**\n\n- a\n\n## First section\n\nText"),
+        new_code_cell("x = 1"), new_markdown_cell("You will learn nothing here.")]))
+    texts = [c.source.split("\n")[0] for c in nb.cells]
+    assert texts == ["# T", "**You will learn**", "**In the package**: `f`.", "import torch", "## First section",
+                     "x = 1", "You will learn nothing here."]

@@ -3,7 +3,7 @@ check what a reader sees (pages, navigation, math, exercise boxes, plots, search
 
 The site is built from a copy of `nbs/` plus a synthetic chapter (`tests/conftest.py`) that holds every construct
 the translator handles, so each check has something to check even before the chapters that use it exist.
-Full-page screenshots go to `_build/screenshots/`.
+Screenshots of the top of every page at 1400 and 400 px go to `_build/screenshots/`.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ import build_site
 pytestmark = pytest.mark.slow
 
 SAMPLE = "99_site_sample"
+LETTERED = "99a_site_sample"  # a chapter numbered like 05a, with a hint
+PHONE, DESKTOP = {"width": 400, "height": 850}, {"width": 1400, "height": 900}
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 # Lines a reader must never see: cell directives, Quarto divs, unparsed MyST fences or attributes.
 RAW_MARKUP = re.compile(r"^[ \t]*(?:#\||:::|```|~~~|\{\.[\w-]+\}).*$", re.M)
@@ -47,6 +49,23 @@ def chromium() -> str:
                 "or set CHROMIUM=/path/to/chrome")
 
 
+def make_lettered_chapter():
+    """A chapter inserted with a letter (`99a_...`, as 05a): its exercise `99a.1` has a hint, a solution, and a checker
+    call whose saved output still holds the `True` that checkers returned before `Verdict` (dropped on the site)."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+    stub = new_code_cell("#| exercise\ndef twice(x):\n    raise NotImplementedError", execution_count=1)
+    check = new_code_cell("#| exercise\ncheck_twice(twice)", execution_count=2, outputs=[
+        new_output("stream", name="stdout", text="NOT YET  Exercise 99a.1\n"),
+        new_output("execute_result", data={"text/plain": "False"}, execution_count=2)])
+    return new_notebook(cells=[
+        new_markdown_cell("# Lettered sample chapter\n> A chapter numbered like 05a."),
+        new_markdown_cell("## Exercises"),
+        new_markdown_cell("### Exercise 99a.1 — Double it (★☆☆)\n\nWrite `twice(x)`."), stub, check,
+        new_markdown_cell("#### Hint\n\nMultiply by two."),
+        new_markdown_cell("#### Solution"), new_code_cell("def twice(x):\n    return 2 * x", execution_count=3),
+    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+
+
 @pytest.fixture(scope="session")
 def book(tmp_path_factory):
     "The built site: (output folder, page names in toctree order), built from nbs/ + the sample chapter."
@@ -54,13 +73,14 @@ def book(tmp_path_factory):
     nbs = tmp / "nbs"
     shutil.copytree(ROOT / "nbs", nbs, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     nbformat.write(make_sample_chapter(), nbs / f"{SAMPLE}.ipynb")
+    nbformat.write(make_lettered_chapter(), nbs / f"{LETTERED}.ipynb")
     out = tmp / "_site"
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "build_site.py"), "--nbs", str(nbs), "--out", str(out),
                            "--build", str(tmp / "_build")], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, f"site build failed:\n{done.stdout}\n{done.stderr}"
     home, chapters, checks = build_site.book_notebooks(nbs)
     pages = ["index"] + [p.relative_to(nbs).with_suffix("").as_posix() for p in chapters + checks]
-    return out, pages
+    return out, pages, nbs
 
 
 @pytest.fixture(scope="session")
@@ -109,20 +129,51 @@ def visit(page, url: str):
     return response
 
 
+# What the browser reads on every page, in one pass (see `visited`).
+FACTS_JS = """() => {
+  const article = document.querySelector("article");
+  const visible = el => !!el && el.checkVisibility({visibilityProperty: true}) && el.getBoundingClientRect().height > 0;
+  return {
+    solutions: [...article.querySelectorAll("div.solution")].map(d => ({
+      id: d.id, shown: visible(d.querySelector("section#solution-content")) })),
+    hints: [...article.querySelectorAll("div.admonition.hint.dropdown")].map(d => ({
+      shown: [...d.children].filter(c => !c.classList.contains("admonition-title")).some(visible) })),
+    bare: [...article.querySelectorAll("h1, h2, h3, h4, h5, h6")].map(h => h.textContent.trim())
+      .filter(t => /^(Solution|Answer|Hint)\\b/.test(t)),
+    bools: [...article.querySelectorAll("div.cell_output div.output")].map(o => o.innerText.trim())
+      .filter(t => t === "True" || t === "False"),
+    width: document.documentElement.scrollWidth,
+  };
+}"""
+
+
 @pytest.fixture(scope="session")
 def visited(book, base_url, browser):
-    "What a reader sees on each page of the toctree, read once per session (and a full-page screenshot of each)."
-    out, pages = book
+    """What a reader sees on each page of the toctree, read once per session at 1400 px and at 400 px, with the
+    console errors each page logged (and a screenshot of the top of each page at each width)."""
+    out, pages, _ = book
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page, seen = browser.new_page(), {}
+    errors = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.set_viewport_size(DESKTOP)
     for name in pages:
+        errors.clear()
         response = visit(page, f"{base_url}/{name}.html")
         text = page.locator("article").inner_text()
         prose = page.locator("article").evaluate(PROSE_JS)
         seen[name] = {"status": response.status, "h1": page.locator("article h1").first.inner_text().strip(),
                       "raw": RAW_MARKUP.findall(text), "prose": prose, "mathjax": page.locator("mjx-container").count(),
-                      "has_math": 'class="math' in (out / f"{name}.html").read_text(encoding="utf-8")}
-        page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}.png", full_page=True)
+                      "has_math": 'class="math' in (out / f"{name}.html").read_text(encoding="utf-8"),
+                      **page.evaluate(FACTS_JS), "errors": list(errors)}
+        page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}-1400.png")  # the top (full pages take ~10 s)
+    page.set_viewport_size(PHONE)
+    for name in pages:
+        errors.clear()
+        visit(page, f"{base_url}/{name}.html")
+        seen[name]["phone"] = {**page.evaluate(FACTS_JS), "errors": list(errors)}
+        page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}-400.png")
     page.close()
     return seen
 
@@ -135,7 +186,7 @@ def test_every_page_loads_with_a_title_and_no_raw_markup(visited):
 
 
 def test_left_nav_lists_every_chapter_in_order_and_its_links_resolve(book, base_url, page):
-    out, pages = book
+    out, pages, _ = book
     visit(page, f"{base_url}/index.html")
     links = page.locator("nav.bd-docs-nav a.reference.internal")
     hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
@@ -193,7 +244,7 @@ def test_no_request_leaves_the_machine(browser, base_url, page):
 
 def test_site_works_from_file_urls(book, page):
     "Opened straight from disk (file://), pages still show typeset math and the left navigation."
-    out, pages = book
+    out, pages, _ = book
     visit(page, (out / f"{SAMPLE}.html").as_uri())
     assert page.locator("mjx-container").count() > 0
     assert page.locator("nav.bd-docs-nav a.reference.internal").count() >= len(pages) - 1
@@ -210,7 +261,7 @@ def test_every_module_docs_link_has_a_markdown_page(book):
 
     cfg = get_config(ROOT)
     base = f"{cfg.doc_host.rstrip('/')}{cfg.doc_baseurl.rstrip('/')}/"
-    out, _ = book
+    out, _, _ = book
     names = [m.name for m in pkgutil.walk_packages(transformerbook.__path__, "transformerbook.")
              if not m.ispkg and not m.name.rsplit(".", 1)[-1].startswith("_")]
     assert len(names) > 10
@@ -224,3 +275,83 @@ def test_every_module_docs_link_has_a_markdown_page(book):
         summary = doc.strip().split("\n")[0]
         assert text.startswith("# ") and summary in text, f"{page.name} is not the page of {name}"
         assert not re.search(r"^[ \t]*#\|", text, re.M), f"{page.name} shows cell directives"
+
+
+
+def test_phone_drawers_open(base_url, page):
+    "At 400 px the visible ☰ and ☷ buttons open the navigation and the page contents as drawers (dialogs)."
+    page.set_viewport_size(PHONE)
+    for kind, dialog, link_text in [("primary", "pst-primary-sidebar-modal", "Sampling and generation"),
+                                    ("secondary", "pst-secondary-sidebar-modal", "Contents")]:
+        visit(page, f"{base_url}/07_sampling.html")
+        toggles = page.locator(f".{kind}-toggle:visible")
+        assert toggles.count() == 1, f"expected one visible {kind} toggle at 400 px"
+        toggles.first.click()
+        drawer = page.locator(f"#{dialog}")
+        drawer.get_by_text(link_text).first.wait_for(state="visible", timeout=5000)
+        assert drawer.evaluate("d => d.open"), f"the {kind} drawer did not open"
+        box = drawer.bounding_box()
+        assert box and box["width"] > 200, f"the {kind} drawer is not shown ({box})"
+
+
+def test_desktop_sidebar_collapses_and_comes_back(base_url, page):
+    "At 1400 px the article header's ☰ button collapses the chapter list, and a second click brings it back."
+    page.set_viewport_size(DESKTOP)
+    visit(page, f"{base_url}/07_sampling.html")
+    sidebar, toggle = page.locator("#pst-primary-sidebar"), page.locator(".primary-toggle:visible")
+    assert sidebar.is_visible() and toggle.count() == 1
+    article_width = page.locator("main.bd-main").evaluate("e => e.getBoundingClientRect().width")
+    toggle.first.click()
+    sidebar.wait_for(state="hidden", timeout=5000)
+    assert not page.locator("#pst-primary-sidebar-modal").evaluate("d => d.open"), "a drawer opened instead"
+    assert page.locator("main.bd-main").evaluate("e => e.getBoundingClientRect().width") > article_width
+    toggle.first.click()
+    sidebar.wait_for(state="visible", timeout=5000)
+
+
+def test_every_solution_is_boxed_and_hidden_until_clicked(visited, base_url, page):
+    "On every page, at both widths: each solution (and hint) starts collapsed; no bare Solution/Answer/Hint heading."
+    boxed = {name for name, seen in visited.items() if seen["solutions"]}
+    assert {SAMPLE, LETTERED, "05a_tokenization"} <= boxed
+    for name, seen in visited.items():
+        for facts, width in [(seen, "1400"), (seen["phone"], "400")]:
+            assert not facts["bare"], f"{name} at {width} px has unboxed headings {facts['bare']}"
+            shown = [s["id"] for s in facts["solutions"] if s["shown"]]
+            assert not shown, f"{name} at {width} px shows solutions before a click: {shown}"
+            assert not any(h["shown"] for h in facts["hints"]), f"{name} at {width} px shows a hint before a click"
+    assert visited[LETTERED]["hints"], "the hint of the lettered sample chapter is not a dropdown"
+    visit(page, f"{base_url}/{LETTERED}.html")
+    hint = page.locator("div.admonition.hint.dropdown").first
+    hint.locator(".admonition-title").click()
+    hint.get_by_text("Multiply by two.").wait_for(state="visible", timeout=5000)
+    solution = page.locator("div.solution.dropdown").first
+    assert solution.get_attribute("id") == "sol-99a-1"
+    solution.locator(".admonition-title").click()
+    solution.get_by_text("return 2 * x").wait_for(state="visible", timeout=5000)
+
+
+def test_sidebar_chapter_numbers_match_the_exercise_numbers(base_url, page):
+    visit(page, f"{base_url}/index.html")
+    nav = page.locator("nav.bd-docs-nav")
+    for doc, label in [("01_attention", "1. Attention"), ("05a_tokenization", "5a. Tokenization"),
+                       (LETTERED, "99a. Lettered sample chapter")]:
+        assert nav.locator(f'a[href="{doc}.html"]').inner_text().strip() == label
+
+
+def test_no_stray_true_or_false_outputs(visited):
+    "A checker call shows its PASS / NOT YET line and nothing else (no `True`/`False` result box) on any page."
+    for name, seen in visited.items():
+        assert not seen["bools"], f"{name} shows stray {seen['bools']} outputs"
+
+
+def test_instructor_build_leaves_the_solutions_out(book, tmp_path):
+    "`--no-solutions` (`make book SOLUTIONS=0`): the translated pages keep the exercises and hints, not the solutions."
+    nbs = book[2]
+    chosen = build_site.book_notebooks(nbs)
+    chosen = (None, [p for p in chosen[1] if p.stem in (SAMPLE, LETTERED, "05a_tokenization")], [])
+    build_site.prepare_sources(nbs, nbs, tmp_path, "t", chosen, solutions=False)
+    for stem in (SAMPLE, LETTERED, "05a_tokenization"):
+        text = (tmp_path / f"{stem}.ipynb").read_text(encoding="utf-8")
+        assert "exercise-start" in text and "solution-start" not in text, stem
+    lettered = (tmp_path / f"{LETTERED}.ipynb").read_text(encoding="utf-8")
+    assert "Multiply by two." in lettered and "return 2 * x" not in lettered

@@ -1,10 +1,11 @@
 """The small toolkit behind every exercise checker: one pass line, or an error that says exactly what is wrong.
 
 **In the package** (`transformerbook.checks.core`): the tools every checker is built from. `checker(title)` turns a
-function into a checker that prints PASS or NOT YET; `call_learner` calls the reader's code, so that a crash in it
-becomes a failed check with a one-line message; `assert_tensors_close` and `diagnose` compare an answer with the reference and with known mistakes,
-to say which mistake it is; `MetaCase` records a checker's reference and known-wrong answers, so that the checker
-itself can be tested.
+function into a checker that prints PASS or NOT YET and returns a `Verdict` (true when it passed, shown as nothing
+in a notebook); `call_learner` calls the reader's code, so that a crash in it becomes a failed check with a one-line
+message; `assert_tensors_close` and `diagnose` compare an answer with the reference and with known mistakes, to say
+which mistake it is; `MetaCase` records a checker's reference and known-wrong answers, so that the checker itself
+can be tested.
 
 Docs: https://transformerbook.github.io/transformerbook/checks/core.html.md"""
 
@@ -20,22 +21,39 @@ from typing import Callable
 import torch
 
 # %% auto #0
-__all__ = ['checker', 'assert_tensors_close', 'call_learner', 'diagnose', 'MetaCase']
+__all__ = ['Verdict', 'checker', 'assert_tensors_close', 'call_learner', 'diagnose', 'MetaCase']
+
+# %% ../../nbs/checks/00_core.ipynb #a45ae6eb
+class Verdict:
+    "A checker's result: true if the answer passed. It displays as nothing, since the checker has printed its line."
+    def __init__(self,
+                 passed: bool, # whether the answer passed
+                 message: str, # the line the checker printed
+                ):
+        self.passed, self.message = bool(passed), message
+
+    def __bool__(self) -> bool: return self.passed
+    def __eq__(self, other) -> bool: return self.passed == (other.passed if isinstance(other, Verdict) else other)
+    def __hash__(self) -> int: return hash(self.passed)
+    def __repr__(self) -> str: return f"Verdict({self.passed}, {self.message!r})"
+    def _ipython_display_(self) -> None: "Show nothing in Jupyter (IPython calls this instead of displaying a repr)."
 
 # %% ../../nbs/checks/00_core.ipynb #34dc216f
 def checker(title: str, # what is being checked, e.g. "Exercise 1.2 — scaled dot-product attention"
            ) -> Callable:
-    "Decorator that turns a function raising `AssertionError` on a wrong answer into a checker with PASS / NOT YET lines."
+    "Decorator: a function that raises `AssertionError` on a wrong answer becomes a checker printing PASS / NOT YET."
     def decorate(check: Callable) -> Callable:
         @functools.wraps(check)
-        def run(candidate, *args, **kwargs) -> bool:
+        def run(candidate, *args, **kwargs) -> Verdict:
             try:
                 check(candidate, *args, **kwargs)
             except NotImplementedError:
-                print(f"NOT YET  {title}: your code raises NotImplementedError. Fill in the stub and run this cell again.")
-                return False
+                message = (f"NOT YET  {title}: your code raises NotImplementedError. "
+                           "Fill in the stub and run this cell again.")
+                print(message)
+                return Verdict(False, message)
             print(f"PASS  {title}")
-            return True
+            return Verdict(True, f"PASS  {title}")
         return run
     return decorate
 
@@ -47,7 +65,8 @@ def assert_tensors_close(actual, # the learner's result
                          rtol: float=1e-4, # relative tolerance
                          hint: str="", # likely cause, appended to the message on failure
                         ) -> None:
-    "Raise `AssertionError` naming the type, shape, NaNs or largest |difference| (and where) if `actual` is not close to `expected`."
+    """Raise `AssertionError` naming the type, shape, NaNs or largest |difference| (and where) if `actual` is not
+    close to `expected`."""
     suffix = f" Hint: {hint}" if hint else ""
     if not isinstance(actual, torch.Tensor):
         raise AssertionError(f"{name}: expected a torch.Tensor, got {type(actual).__name__}.{suffix}")
@@ -72,7 +91,8 @@ def call_learner(fn: Callable, # the learner's function or class
                  what: str = "your code", # how to name `fn` in the message, e.g. "merge(ids, pair, 256)"
                  hint: str = "", # likely cause, appended to the message
                 ):
-    """Call `fn(*args)`; any error except `NotImplementedError`/`AssertionError` becomes an `AssertionError` naming `what`.
+    """Call `fn(*args)`; an error other than `NotImplementedError`/`AssertionError` becomes an `AssertionError`
+    naming `what`.
 
     Checkers call the learner's code through this, so a crash in *their* code is a failed check with a one-line
     message, while a bug in the checker itself still raises its own error (and fails the checker meta-tests)."""
@@ -91,7 +111,8 @@ def diagnose(actual, # the learner's result
     "The hint of the first known mistake whose output `actual` reproduces, else `default`."
     if isinstance(actual, torch.Tensor):
         for hint, wrong in candidates.items():
-            if actual.shape == wrong.shape and torch.allclose(actual.detach().double(), wrong.double(), atol=atol, rtol=1e-4):
+            if actual.shape == wrong.shape and torch.allclose(actual.detach().double(), wrong.double(),
+                                                              atol=atol, rtol=1e-4):
                 return hint
     return default
 
