@@ -25,6 +25,8 @@ TOOLS = Path(__file__).resolve().parent
 ROOT = TOOLS.parent
 sys.path.insert(0, str(TOOLS))  # sibling scripts; tools/ is not a package
 import execute_nbs  # noqa: E402
+import explorers  # noqa: E402
+import figures  # noqa: E402
 import nb2myst  # noqa: E402
 
 CONF_DIR = ROOT / "site"
@@ -70,7 +72,7 @@ def prepare_sources(nbs: Path, src_root: Path, dst: Path, title: str,
         warnings.simplefilter("always")
         for nb_path in chapters + checks:
             rel = nb_path.relative_to(nbs)
-            nb = nb2myst.translate(nbformat.read(src_root / rel, as_version=4))
+            nb = figures.translate(nbformat.read(src_root / rel, as_version=4), nb2myst.translate)
             for label in nb2myst.box_labels(nb):
                 labels.setdefault(label, []).append(str(rel))
             nb2myst.write_notebook(nb, dst / rel)
@@ -172,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: Sphinx failed (exit code {code})", file=sys.stderr)
         return code
     markdown_copies(build / "myst", args.out, pages)
+    explorers.write_data(args.out / "_static" / "explorers" / "data", cache=build / "explorers")  # in-page explorers
     if (nbs / "llms.txt").is_file():  # nbdev-export's index of the modules and their Markdown pages
         shutil.copy2(nbs / "llms.txt", args.out / "llms.txt")
     print(f"Built {args.out}/ in {time.perf_counter() - start:.0f} s. Open {args.out / 'index.html'} in a browser, "
