@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -69,12 +70,57 @@ def test_cell_options_are_parsed_and_applied():
     assert figures.image_figure("Some text ![x](y.svg)") is None
 
 
+def test_stand_in_pages_are_reported(tmp_path, capsys):
+    "A page whose saved output has a `Stand-in:` line is listed by the build's report; others are not."
+    used, plain = tmp_path / "07_sampling.ipynb", tmp_path / "01_attention.ipynb"
+    out = nbformat.v4.new_output("stream", name="stdout", text="Stand-in: GPT-2's weights are not available ...\n")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[out])]), used)
+    quoted = nbformat.v4.new_output("stream", name="stdout", text="the word Stand-in: inside a line\n")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[quoted])]), plain)
+    assert figures.stand_in_pages([used, plain]) == ["07_sampling"]
+    figures.report_stand_ins([used, plain])
+    assert "stand-in model (GPT-2's weights unavailable) on: 07_sampling" in capsys.readouterr().out
+
+
+def test_gpt2_demos_fall_back_to_the_stand_in():
+    "The GPT-2 demo cells of 05, 06 and 07 announce a stand-in with the `Stand-in:` line the build reports."
+    for stem in ("05_embeddings", "06_lm_head", "07_sampling"):
+        nb = nbformat.read(ROOT / "nbs" / f"{stem}.ipynb", as_version=4)
+        assert any('print("Stand-in:' in c.source or 'print(f"Stand-in:' in c.source for c in nb.cells
+                   if c.cell_type == "code"), stem
+
+
 def test_every_explorer_is_placed_in_its_chapter():
     for name, stem in CHAPTERS.items():
         nb = nbformat.read(ROOT / "nbs" / f"{stem}.ipynb", as_version=4)
         placed = [o for c in nb.cells if c.cell_type == "code" for o in figures.cell_options(c.source).items()
                   if o[0] in ("explorer", "explorer-after")]
         assert (placed[0][1] if placed else None) == name, f"{stem} does not place the {name} explorer"
+
+
+DIAGRAMS = {"01_attention": "attention_shapes", "04_blocks": "transformer_block", "07_sampling": "kv_cache",
+            "10_moe": "moe_routing"}
+
+
+def test_diagrams_are_placed_as_numbered_figures_with_alt_text():
+    for stem, name in DIAGRAMS.items():
+        nb = figures.translate(nbformat.read(ROOT / "nbs" / f"{stem}.ipynb", as_version=4), nb2myst.translate)
+        figs = [c.source for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("```{figure}")]
+        fig = next((f for f in figs if f"figures/{name}.svg" in f), None)
+        assert fig, f"{stem} does not show the {name} diagram as a figure"
+        alt = re.search(r"^:alt: (.+)$", fig, re.M)
+        assert alt and len(alt.group(1)) > 80 and ".svg" not in alt.group(1), f"{name}: the alt text does not describe it"
+        assert fig.rstrip("`\n").strip().split("\n")[-1].strip(), f"{name} has no caption"
+
+
+def test_every_saved_plot_has_a_caption_and_alt_text():
+    "Every code cell with a saved plot in the chapters carries `#| fig-cap:` and a describing `#| fig-alt:`."
+    for path in sorted((ROOT / "nbs").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code" or not any("image/png" in o.get("data", {}) for o in cell.get("outputs", [])):
+                continue
+            o = figures.cell_options(cell.source)
+            assert o.get("fig-cap") and len(o.get("fig-alt", "")) > 40, f"{path.name} cell {cell.get('id')}: {o}"
 
 
 def test_diagrams_are_drawn_from_their_source(tmp_path):
@@ -216,7 +262,7 @@ def test_sampling_explorer(page, base_url):
     from transformerbook.sampling import warp_logits
     root = open_explorer(page, base_url, "sampling")
     lm, tok = char_model()
-    for control, value in [("temperature", 0.7), ("top_p", 0.9), ("top_k", 5), ("top_k", 0), ("prompt", 1), ("prompt", 0)]:
+    for control, value in [("temperature", 0.7), ("top_p", 0.9), ("top_k", 2), ("top_k", 0), ("prompt", 1), ("prompt", 0)]:
         assert_responds(root, control, value)
     # keyboard: the arrow key moves the focused slider and the view follows
     before = view_text(root)
@@ -375,6 +421,20 @@ def test_widget_code_is_folded_on_the_site(site):
     for name in ("attention", "positional", "sampling"):
         html = (site / f"{CHAPTERS[name]}.html").read_text(encoding="utf-8")
         at = html.index(f'data-explorer="{name}"')
-        before = html[:at]
-        cell = before[before.rindex('<div class="cell'):]
-        assert "hide-input" in cell and "interact" in cell, f"{name}: the widget cell is not folded before the explorer"
+        folded = html[:at].rindex("tag_hide-input")  # myst-nb's class for a cell whose code sits behind a toggle
+        cell = html[folded:at]
+        assert "interact" in cell and "<details" in cell, f"{name}: the widget cell is not folded before the explorer"
+
+
+def test_figures_are_numbered_with_captions_and_alt_text(site, chrome, base_url):
+    "On the built pages every image in the text is a numbered figure whose alt text is not a file name."
+    page = chrome.new_page()
+    for stem in CHAPTERS.values():
+        page.goto(f"{base_url}/{stem}.html", wait_until="load")
+        images = page.evaluate("""() => [...document.querySelectorAll('article img')].map(i => ({
+            alt: i.alt, src: i.getAttribute('src'), number: i.closest('figure')?.querySelector('.caption-number')?.textContent}))""")
+        assert images, stem
+        for img in images:
+            assert img["alt"] and "/" not in img["alt"] and not img["alt"].endswith((".png", ".svg")), (stem, img)
+            assert img["number"] and img["number"].startswith("Figure"), (stem, img)
+    page.close()

@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             print("error: some notebooks failed to execute (see above); the site was not built", file=sys.stderr)
             return 1
     pages = prepare_sources(nbs, src_root, build / "myst", args.title, book)
+    figures.report_stand_ins([src_root / p.relative_to(nbs) for p in book[1]])  # GPT-2 stand-ins (05-07)
     print(f"Translated {sum(p.suffix == '.ipynb' for p in pages)} notebooks; running Sphinx ...", flush=True)
     code = run_sphinx(build / "myst", args.out, build / "doctrees")
     if code:

@@ -81,3 +81,25 @@ def translate(nb, base_translate):
                 cells.append(new)
     out.cells = cells
     return out
+
+
+STAND_IN = "Stand-in:"  # how a demo cell says that a model stands in for GPT-2 (05, 06, 07)
+
+
+def stand_in_pages(notebooks) -> list[str]:
+    "The stems of the `notebooks` (paths) whose saved outputs contain a line starting with `Stand-in:`."
+    pages = []
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                         if o.get("output_type") == "stream")
+        if any(line.startswith(STAND_IN) for line in text.splitlines()):
+            pages.append(path.stem)
+    return pages
+
+
+def report_stand_ins(notebooks) -> None:
+    "Print which pages ran their GPT-2 demos on a stand-in model (`make book`'s log)."
+    pages = stand_in_pages(notebooks)
+    print("GPT-2 demos ran on a stand-in model (GPT-2's weights unavailable) on: " + ", ".join(pages) if pages
+          else "GPT-2 demos: no page used a stand-in model", flush=True)

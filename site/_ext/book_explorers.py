@@ -6,7 +6,8 @@
 writes `<div class="tb-explorer" data-explorer="sampling">` and, on that page only, loads
 `_static/explorers/explorers.js`, `explorers.css` and the data script `_static/explorers/data/sampling.js`, which
 `tools/explorers.py` writes into the built site (`tools/build_site.py` calls it after Sphinx). Names are the keys
-of `tools/explorers.py`'s `NAMES`; an unknown name is a build error.
+of `tools/explorers.py`'s `NAMES`; an unknown name is a build error. Every page also gets `_static/figures.css`
+(figures of `tools/figures.py`: plots saved at 2x keep their aspect ratio on narrow screens).
 """
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ def _page_assets(app, pagename, templatename, context, doctree):
 
 
 def setup(app):
+    app.add_css_file("figures.css")  # every page: 2x plots and diagrams keep their aspect ratio (tools/figures.py)
     app.add_directive("explorer", ExplorerDirective)
     app.connect("env-purge-doc", _purge)
     app.connect("env-merge-info", _merge)
