@@ -438,3 +438,23 @@ def test_figures_are_numbered_with_captions_and_alt_text(site, chrome, base_url)
             assert img["alt"] and "/" not in img["alt"] and not img["alt"].endswith((".png", ".svg")), (stem, img)
             assert img["number"] and img["number"].startswith("Figure"), (stem, img)
     page.close()
+
+
+def test_explorers_work_from_file_urls(site, chrome):
+    "Opened straight from disk, every explorer starts (its data comes in a script, not a fetch) and announces changes."
+    page = chrome.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    for name, stem in CHAPTERS.items():
+        page.goto((site / f"{stem}.html").as_uri(), wait_until="load")
+        root = page.locator(f'.tb-explorer[data-explorer="{name}"]')
+        assert root.get_attribute("data-ready") == "true", f"{name} does not start from file://"
+        status = root.locator('[role="status"]')
+        before = status.inner_text()
+        control = root.locator("input[type=range]").first
+        control.focus()
+        page.keyboard.press("End")  # the keyboard alone moves a slider to its maximum
+        assert control.input_value() == control.get_attribute("max")
+        assert status.inner_text() and status.inner_text() != before, f"{name}: the live region did not change"
+    assert not errors, errors
+    page.close()

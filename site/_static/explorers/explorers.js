@@ -54,13 +54,19 @@
     return input;
   }
 
+  /** The explorer's parts; returns the view (redrawn on every change). `status(root, text)` announces a short
+   *  summary to screen readers (one polite live region, not the whole redrawn view). */
   function frame(root, title, note) {
     root.innerHTML = "";
     root.append(el("p", { class: "tbx-title", text: title }),
                 el("div", { class: "tbx-controls" }),
-                el("div", { class: "tbx-view", "aria-live": "polite" }),
+                el("p", { class: "tbx-status", role: "status", "aria-live": "polite" }),
+                el("div", { class: "tbx-view" }),
                 note ? el("p", { class: "tbx-note", text: note }) : null);
     return root.querySelector(".tbx-view");
+  }
+  function status(root, text) {
+    root.querySelector(".tbx-status").textContent = text;
   }
 
   function barCell(p, cls) {
@@ -131,6 +137,8 @@
       const warped = softmax(warpLogits(logits, Number(temp.value), Number(topk.value) || null, Number(topp.value)));
       const idx = base.map((p, i) => i).sort((a, b) => base[b] - base[a]).slice(0, nShow);
       const kept = warped.filter((p) => p > 0).length;
+      status(root, `${kept} of ${data.tokens.length} characters can be sampled; the most probable, ` +
+        `“${show(data.tokens[idx[0]])}”, has probability ${fmt(warped[idx[0]])}.`);
       const rows = idx.map((i) => el("tr", { "data-token-id": i },
         el("th", { scope: "row", class: "tbx-token", text: show(data.tokens[i]) }),
         el("td", { class: "tbx-num p-model", text: fmt(base[i]) }),
@@ -174,6 +182,8 @@
         title: j <= q ? `${show(t)} (${j}): ${fmt(row[j])}` : `${show(t)} (${j}): future, masked`,
         text: t === "\n" ? "⏎" : t })));
       const top = row.map((p, j) => j).sort((a, b) => row[b] - row[a]).slice(0, 5);
+      status(root, `Layer ${layer.value}, head ${head.value}, query ${q} (“${show(data.tokens[q])}”): largest weight ` +
+        `${fmt(row[top[0]])} on “${show(data.tokens[top[0]])}” at position ${top[0]}.`);
       const size = 4, svg = el("svg", { class: "tbx-heatmap", viewBox: `0 0 ${T * size} ${T * size}`,
         role: "img", "aria-label": `all ${T} queries of this head (rows) over the keys (columns)` });
       w.forEach((r, i) => r.forEach((p, j) => svg.append(el("rect", { x: j * size, y: i * size, width: size,
@@ -222,6 +232,8 @@
         rotated.push(B[0][0] * p[2 * b] + B[0][1] * p[2 * b + 1], B[1][0] * p[2 * b] + B[1][1] * p[2 * b + 1]);
       });
       const maxDiff = Math.max(...rotated.map((v, c) => Math.abs(v - target[c])));
+      status(root, `t = ${tv}, k = ${kv}, pair ${i}: M_k p_t = (${fmt(rotated[2 * i])}, ${fmt(rotated[2 * i + 1])}), ` +
+        `p_(t+k) = (${fmt(target[2 * i])}, ${fmt(target[2 * i + 1])}).`);
       const omega = Math.pow(data.base, -2 * i / data.d_model);
       const R = 60, cx = 75, cy = 75;
       const pt = (x, y) => [cx + R * x, cy - R * y];
@@ -273,6 +285,7 @@
       const chips = el("p", { class: "tbx-passage tbx-bpe" }, toks.map((t, j) => el("span", {
         class: `tbx-chip tbx-c${j % 2}` + ([...t].length > 1 ? " tbx-merged" : ""), text: show(t) })));
       const recent = data.merges.slice(Math.max(0, s - 8), s).reverse();
+      status(root, `${s} merges: ${toks.length} tokens` + (s ? `; the latest merge makes “${show(data.merges[s - 1].token)}”.` : "."));
       view.replaceChildren(
         el("p", { class: "tbx-summary" }, `After ${s} merge${s === 1 ? "" : "s"}: `,
            el("strong", { class: "tbx-count", text: String(toks.length) }),
@@ -318,6 +331,8 @@
       svg.append(el("rect", { x: q * size, y: 0, width: size, height: E * size, fill: "none", stroke: "#d62728" }));
       for (let e = 0; e < E; e++) svg.append(el("text", { x: -2, y: e * size + size - 2, "text-anchor": "end", class: "tbx-axis", text: `e${e}` }));
       const chosen = new Map(L.experts[q].map((e, r) => [e, L.weights[q][r]]));
+      status(root, `Layer ${layer.value}, token ${q} (“${show(data.tokens[q])}”): experts ` +
+        L.experts[q].map((e, r) => `${e} (weight ${fmt(L.weights[q][r])})`).join(" and ") + ".");
       view.replaceChildren(text, el("figure", { class: "tbx-fig" }, svg, el("figcaption", {
         text: "router probability of each expert (rows e0–e7) for each character (columns); dots: the chosen experts; " +
               "the colour under each character is its first choice" })), el("div", { class: "tbx-row" },
@@ -379,6 +394,7 @@
         return;
       }
       const [n, d] = computeOptimal(L, C);
+      status(root, `C = ${sci(C)} FLOPs: N_opt = ${sci(n)} parameters, D_opt = ${sci(d)} tokens.`);
       const cell = (v, cls) => el("td", { class: `tbx-num ${cls}`, "data-value": String(v), text: sci(v) });
       view.replaceChildren(
         el("table", { class: "tbx-table tbx-opt" }, el("caption", { text: `For C = ${sci(C)} FLOPs (${L.label})` }),
