@@ -142,7 +142,7 @@ def test_diagrams_are_drawn_from_their_source(tmp_path):
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    "The site built from the six chapters with explorers (explorer data cached in _build/explorers across runs)."
+    "The site built from the six chapters with explorers (explorer data from the book's cache, computed once)."
     tmp = tmp_path_factory.mktemp("explorer-site")
     nbs = tmp / "nbs"
     (nbs / "figures").mkdir(parents=True)
@@ -150,9 +150,6 @@ def site(tmp_path_factory):
         shutil.copy2(ROOT / "nbs" / f"{stem}.ipynb", nbs)
     for svg in (ROOT / "nbs" / "figures").glob("*.svg"):
         shutil.copy2(svg, nbs / "figures")
-    cache = ROOT / "_build" / "explorers"
-    explorers.write_data(tmp / "warm", cache=cache, verbose=False)  # fills the shared cache once
-    shutil.copytree(cache, tmp / "_build" / "explorers")
     out = tmp / "_site"
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "build_site.py"), "--nbs", str(nbs), "--out", str(out),
                            "--build", str(tmp / "_build")], capture_output=True, text=True, cwd=ROOT)
@@ -378,7 +375,7 @@ def test_moe_explorer(page, base_url):
 def test_moe_explorer_data_is_the_routers_output(tmp_path):
     "The shipped routing equals the trained model's `TopKRouter` run again on the passage."
     from transformerbook.moe import MoEFeedForward
-    explorers.write_data(tmp_path, cache=ROOT / "_build" / "explorers", verbose=False)
+    explorers.write_data(tmp_path, verbose=False)
     data = json.loads((tmp_path / "moe.json").read_text(encoding="utf-8"))
     model, tok = explorers._moe_model()
     layers = [m for m in model.modules() if isinstance(m, MoEFeedForward)]

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: Sphinx failed (exit code {code})", file=sys.stderr)
         return code
     markdown_copies(build / "myst", args.out, pages)
-    explorers.write_data(args.out / "_static" / "explorers" / "data", cache=build / "explorers")  # in-page explorers
+    explorers.write_data(args.out / "_static" / "explorers" / "data")  # in-page explorers (cached)
     if (nbs / "llms.txt").is_file():  # nbdev-export's index of the modules and their Markdown pages
         shutil.copy2(nbs / "llms.txt", args.out / "llms.txt")
     print(f"Built {args.out}/ in {time.perf_counter() - start:.0f} s. Open {args.out / 'index.html'} in a browser, "

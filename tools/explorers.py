@@ -13,9 +13,9 @@ JSON, assigned to `window.tbExplorerData[name]`, so that a page opened from `fil
 - `chinchilla` (09): the constants of `scaling.HOFFMANN_2022` and `scaling.BESIROGLU_2024`; the page solves
   `ChinchillaLaw.compute_optimal`'s closed form.
 
-Computing everything takes about half a minute the first time (mostly the MoE model's 300 training steps, and
-loading the cached Shakespeare model); the result is cached under the build folder, keyed by a hash of this file and
-of the package's sources, so later builds copy it.
+Computing everything takes about 15 s of CPU time the first time (mostly the MoE model's 200 training steps and
+loading the cached Shakespeare model); the result is cached in the book's cache folder (`explorers/` beside the
+trained models), keyed by a hash of this file and of the package's sources, so later builds copy it.
 
     python tools/explorers.py _site/_static/explorers/data
 """
@@ -46,7 +46,7 @@ BPE_TEXT = ("To be, or not to be, that is the question: whether 'tis nobler in t
             "to dream.")
 BPE_MERGES = 60
 MOE_PASSAGE = "KING HENRY VI:\nWhat, shall we to the field and fight?"
-MOE_STEPS = 300
+MOE_STEPS = 200
 
 
 def _round(x, digits: int = DIGITS):
@@ -215,19 +215,24 @@ def compute(names=NAMES) -> dict[str, dict]:
     return {name: BUILDERS[name]() for name in names}
 
 
+def default_cache() -> Path:
+    "The per-user cache of the book (`transformerbook.data.cache_dir()`, `$TRANSFORMERBOOK_CACHE`), `explorers/`."
+    from transformerbook.data import cache_dir
+    return cache_dir() / "explorers"
+
+
 def write_data(out: Path | str, cache: Path | str | None = None, verbose: bool = True) -> float:
-    """Write `<name>.json` and `<name>.js` for every explorer into `out`, from `cache` (a folder; filled on a miss)
-    when given. Returns the seconds spent."""
+    """Write `<name>.json` and `<name>.js` for every explorer into `out`, from `cache` (a folder, default
+    `default_cache()`; filled on a miss, keyed by `cache_key()`). Returns the seconds spent."""
     start, out = time.perf_counter(), Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    src = Path(cache) / cache_key() if cache else None
-    if src is None or not all((src / f"{n}.json").is_file() for n in NAMES):
+    src = Path(cache or default_cache()) / cache_key()
+    if not all((src / f"{n}.json").is_file() for n in NAMES):
         data = compute()
-        if src is not None:
-            src.mkdir(parents=True, exist_ok=True)
+        src.mkdir(parents=True, exist_ok=True)
         for name, d in data.items():
             text = json.dumps(d, ensure_ascii=False, separators=(",", ":"))
-            for folder in filter(None, (src, out)):
+            for folder in (src, out):
                 _write_atomic(folder / f"{name}.json", text)
     elif src != out:
         for name in NAMES:
@@ -245,7 +250,7 @@ def write_data(out: Path | str, cache: Path | str | None = None, verbose: bool =
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path, help="folder for the data files (the site's _static/explorers/data)")
-    ap.add_argument("--cache", type=Path, default=None, help="cache folder (default: none, always recompute)")
+    ap.add_argument("--cache", type=Path, default=None, help="cache folder (default: the book's cache, explorers/)")
     args = ap.parse_args(argv)
     write_data(args.out, args.cache)
     return 0
