@@ -26,6 +26,8 @@ TOOLS = Path(__file__).resolve().parent
 ROOT = TOOLS.parent
 sys.path.insert(0, str(TOOLS))  # sibling scripts; tools/ is not a package
 import execute_nbs  # noqa: E402
+import explorers  # noqa: E402
+import figures  # noqa: E402
 import nb2myst  # noqa: E402
 
 CONF_DIR = ROOT / "site"
@@ -150,7 +152,7 @@ def prepare_sources(nbs: Path, src_root: Path, dst: Path, title: str,
         for nb_path in chapters + checks:
             rel = nb_path.relative_to(nbs)
             original = nbformat.read(src_root / rel, as_version=4)
-            nb = nb2myst.translate(original, solutions=solutions)
+            nb = figures.translate(original, lambda n: nb2myst.translate(n, solutions=solutions))
             for label in nb2myst.box_labels(nb):
                 labels.setdefault(label, []).append(str(rel))
             # The runnable copy: the notebook itself (without solutions in a build without them; then no links to
@@ -257,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             print("error: some notebooks failed to execute (see above); the site was not built", file=sys.stderr)
             return 1
     pages = prepare_sources(nbs, src_root, build / "myst", args.title, book, solutions=not args.no_solutions)
+    figures.report_stand_ins([src_root / p.relative_to(nbs) for p in book[1]])  # GPT-2 stand-ins (05-07)
     n_pages = sum(p.suffix == ".ipynb" and DOWNLOADS not in p.parts for p in pages)
     print(f"Translated {n_pages} notebooks; running Sphinx ...", flush=True)
     code = run_sphinx(build / "myst", args.out, build / "doctrees")
@@ -264,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: Sphinx failed (exit code {code})", file=sys.stderr)
         return code
     markdown_copies(build / "myst", args.out, pages)
+    explorers.write_data(args.out / "_static" / "explorers" / "data")  # in-page explorers (cached)
     if (nbs / "llms.txt").is_file():  # nbdev-export's index of the modules and their Markdown pages
         shutil.copy2(nbs / "llms.txt", args.out / "llms.txt")
     print(f"Built {args.out}/ in {time.perf_counter() - start:.0f} s. Open {args.out / 'index.html'} in a browser, "

@@ -40,7 +40,9 @@ def execute(src: Path, dst: Path, timeout: int) -> tuple[str, float, str | None]
                             resources={"metadata": {"path": str(src.parent)}},
                             # the kernel app's own start-up warnings (e.g. "running over TCP without encryption" for
                             # this local, short-lived kernel) are noise in the build log; cell warnings are kept
-                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
+                            extra_arguments=["--IPKernelApp.log_level=ERROR",
+                                             # plots saved at twice their pixel size, shown at 1x: sharp on phones
+                                             "--InlineBackend.figure_formats=retina"])
     error = None
     try:
         client.execute()

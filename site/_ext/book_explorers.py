@@ -1,0 +1,67 @@
+"""Sphinx extension: the `{explorer}` directive places an in-page explorer (no kernel, no network).
+
+    ```{explorer} sampling
+    ```
+
+writes `<div class="tb-explorer" data-explorer="sampling">` and, on that page only, loads
+`_static/explorers/explorers.js`, `explorers.css` and the data script `_static/explorers/data/sampling.js`, which
+`tools/explorers.py` writes into the built site (`tools/build_site.py` calls it after Sphinx). Names are the keys
+of `tools/explorers.py`'s `NAMES`; an unknown name is a build error. Every page also gets `_static/figures.css`
+(figures of `tools/figures.py`: plots saved at 2x keep their aspect ratio on narrow screens).
+"""
+from __future__ import annotations
+
+from html import escape
+
+from docutils import nodes
+from sphinx.util.docutils import SphinxDirective
+
+NAMES = ("sampling", "attention", "positional", "bpe", "moe", "chinchilla")  # as tools/explorers.py
+
+
+class ExplorerDirective(SphinxDirective):
+    required_arguments = 1
+    has_content = False
+
+    def run(self):
+        name = self.arguments[0].strip()
+        if name not in NAMES:
+            raise self.error(f"unknown explorer {name!r}; known: {', '.join(NAMES)}")
+        names = getattr(self.env, "tb_explorers", {})
+        names.setdefault(self.env.docname, set()).add(name)
+        self.env.tb_explorers = names
+        html = (f'<div class="tb-explorer" data-explorer="{escape(name)}" role="group" '
+                f'aria-label="interactive explorer: {escape(name)}">'
+                '<noscript><p class="tbx-fallback">This explorer runs in the page with JavaScript; '
+                'the static figure above shows its default view.</p></noscript>'
+                '<p class="tbx-fallback" hidden>The explorer\'s data is missing from this build '
+                '(build the site with tools/build_site.py).</p></div>')
+        return [nodes.raw("", html, format="html")]
+
+
+def _purge(app, env, docname):
+    getattr(env, "tb_explorers", {}).pop(docname, None)
+
+
+def _merge(app, env, docnames, other):
+    env.tb_explorers = getattr(env, "tb_explorers", {})
+    env.tb_explorers.update({d: other.tb_explorers[d] for d in docnames if d in getattr(other, "tb_explorers", {})})
+
+
+def _page_assets(app, pagename, templatename, context, doctree):
+    names = getattr(app.env, "tb_explorers", {}).get(pagename)
+    if not names:
+        return
+    app.add_css_file("explorers/explorers.css")
+    for name in sorted(names):
+        app.add_js_file(f"explorers/data/{name}.js")
+    app.add_js_file("explorers/explorers.js")
+
+
+def setup(app):
+    app.add_css_file("figures.css")  # every page: 2x plots and diagrams keep their aspect ratio (tools/figures.py)
+    app.add_directive("explorer", ExplorerDirective)
+    app.connect("env-purge-doc", _purge)
+    app.connect("env-merge-info", _merge)
+    app.connect("html-page-context", _page_assets)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
