@@ -150,7 +150,7 @@ class MultiHeadAttention(nn.Module):
         if self.fused:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                  dropout_p=self.dropout if self.training else 0.0)
-            if mask is not None:  # a query with no allowed key outputs 0 (torch >= 2.5 does so too; older gave NaN)
+            if mask is not None:  # a query with no allowed key outputs 0 (torch's SDPA too since 2.5; before, NaN)
                 out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         else:
             weights = self.attn_dropout(attention_weights(q, k, mask))  # (B, H, T, S)
