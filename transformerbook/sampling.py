@@ -4,10 +4,10 @@ models as task solvers (J&M 10.7–10.8).
 **In the package** (`transformerbook.sampling`): `generate(model, token_ids, max_new_tokens, temperature, top_k,
 top_p)` decodes a batch with a KV cache (temperature 0 is greedy). Its pieces work on (..., V) logits:
 `apply_temperature`, `top_k_filter` and `top_p_filter`, chained by `warp_logits`, then `sample_from_logits` draws
-one token per row. `beam_search(model, token_ids, max_new_tokens, num_beams, length_penalty)` keeps the
-$K$ best prefixes of one prompt (as Hugging Face's `num_beams`). `kv_cache_bytes` gives a cache's memory, `score_continuations` and `perplexity` turn the model
-into a scorer (in nats), and `repeated_ngram_fraction` detects a generation stuck in a loop, `self_bleu` how much several generations
-repeat one another.
+one token per row. `beam_search(model, token_ids, max_new_tokens, num_beams, length_penalty)` keeps the $K$ best
+prefixes of one prompt (as Hugging Face's `num_beams`). `kv_cache_bytes` gives a cache's memory,
+`score_continuations` and `perplexity` turn the model into a scorer (in nats), `repeated_ngram_fraction` detects a
+generation stuck in a loop, and `self_bleu` measures how much several generations repeat one another.
 
 Docs: https://transformerbook.github.io/transformerbook/sampling.html.md"""
 
