@@ -183,3 +183,11 @@ def test_cross_attention_with_the_books_attention_equals_torch(T, S, H):
         expected, weights = ref(x, memory, memory, key_padding_mask=~padding_mask(lengths, S))
     torch.testing.assert_close(ours, expected)
     assert weights.shape == (3, T, S) and torch.equal(weights[2, :, 1:], torch.zeros(T, S - 1))  # row 2 sees 1 key
+
+
+def test_bits_per_character_quoted_in_the_sampling_chapter():
+    "07 quotes the human row of the Holtzman run as 6.29 per character = 1.84 nats = 2.65 bits (Shannon: about 1)."
+    from transformerbook.data import load_result
+    rows = load_result("holtzman")["results"]["rows"]["Human"]["perplexity"]
+    ppl = sum(rows) / len(rows)
+    assert round(ppl, 2) == 6.29 and round(math.log(ppl), 2) == 1.84 and round(math.log2(ppl), 2) == 2.65
