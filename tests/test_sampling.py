@@ -368,3 +368,85 @@ def test_repeated_ngram_fraction():
     assert repeated_ngram_fraction("the cat the cat the cat".split(), 2) == pytest.approx(0.6)
     with pytest.raises(ValueError, match="n=0"):
         repeated_ngram_fraction("abc", 0)
+
+
+# --- beam search against Hugging Face ---------------------------------------------------------------------------
+
+def _hf_pair(seed: int):
+    "A random small HF GPT-2 (sharpened embeddings, so EOS = 1 is often chosen) and the book's GPT with its weights."
+    import random
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=rng.choice([6, 9, 12, 40, 97]), n_positions=64, n_embd=rng.choice([16, 32]),
+                     n_head=rng.choice([2, 4]), n_layer=rng.choice([1, 2]), bos_token_id=0, eos_token_id=1)
+    hf = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad(): hf.transformer.wte.weight.mul_(rng.choice([3.0, 6.0]))
+    return rng, hf, GPT(GPTConfig.from_hf(hf.config)).load_hf_state_dict(hf.state_dict()).eval()
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_beam_search_equals_hugging_face(seed):
+    "Same tokens as generate(num_beams=K) for random prompts, K, α, early_stopping; deterministic and stochastic."
+    from transformerbook.sampling import beam_search
+    rng, hf, ours = _hf_pair(seed)
+    for trial in range(5):
+        prompt = [rng.randrange(2, hf.config.vocab_size) for _ in range(rng.randint(1, 8))]
+        kw = dict(max_new_tokens=rng.randint(1, 30), num_beams=rng.choice([2, 3, 4]),
+                  length_penalty=rng.choice([-1.0, 0.0, 0.5, 1.0, 2.0]), early_stopping=rng.choice([False, True, "never"]))
+        hf_kw = dict(attention_mask=torch.ones(1, len(prompt), dtype=torch.long), eos_token_id=1, pad_token_id=1, **kw)
+        expected = hf.generate(torch.tensor([prompt]), do_sample=False, **hf_kw)[0]
+        assert beam_search(ours, prompt, eos_token_id=1, **kw)[0].tolist() == expected.tolist(), (trial, kw)
+        torch.manual_seed(seed * 100 + trial)
+        expected = hf.generate(torch.tensor([prompt]), do_sample=True, top_k=0, **hf_kw)[0]
+        got, _ = beam_search(ours, prompt, eos_token_id=1, generator=torch.Generator().manual_seed(seed * 100 + trial), **kw)
+        assert got.tolist() == expected.tolist(), ("stochastic", trial, kw)
+
+
+def test_beam_search_sweep_is_not_vacuous():
+    "The sweep above meets hypotheses that stop at EOS, and α changes which hypothesis wins on some of them."
+    from transformerbook.sampling import beam_search
+    n_short, n_alpha_matters = 0, 0
+    for seed in range(16):
+        rng, hf, ours = _hf_pair(seed)
+        for _ in range(5):
+            prompt = [rng.randrange(2, hf.config.vocab_size) for _ in range(rng.randint(1, 8))]
+            outs = {a: beam_search(ours, prompt, 20, 3, length_penalty=a, eos_token_id=1)[0].tolist() for a in (-1.0, 2.0)}
+            n_short += any(len(o) < len(prompt) + 20 for o in outs.values())
+            n_alpha_matters += outs[-1.0] != outs[2.0]
+    assert n_short >= 10 and n_alpha_matters >= 3, (n_short, n_alpha_matters)
+
+
+def test_beam_search_properties():
+    "One beam without EOS is greedy; the score is log P / n^α; the search never returns a less probable text than K=1."
+    from transformerbook.sampling import beam_search
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=30, context_length=8, d_model=16, n_heads=2, n_layers=1)).eval()
+    for seed in range(5):
+        prompt = torch.randint(0, 30, (3,), generator=torch.Generator().manual_seed(seed)).tolist()
+        greedy = generate(model, prompt, 12, temperature=0)[0]  # 3 + 12 > context 8: the window slides
+        assert beam_search(model, prompt, 12, 1)[0].tolist() == greedy.tolist()
+        seq, score = beam_search(model, prompt, 12, 4, length_penalty=0.7)
+        with torch.no_grad():
+            logp = sum(model(seq[None, max(0, t - 8):t])[0, -1].double().log_softmax(-1)[seq[t]].item() for t in range(3, 15))
+        assert math.isclose(score, logp / 12 ** 0.7, rel_tol=1e-4)
+    with pytest.raises(ValueError, match="max_new_tokens=0"): beam_search(model, [1], 0, 2)
+    with pytest.raises(ValueError, match="eos_token_id=30"): beam_search(model, [1], 3, 2, eos_token_id=30)
+    with pytest.raises(ValueError, match="outside"): beam_search(model, [31], 3, 2)
+    with pytest.raises(ValueError, match="early_stopping=1"): beam_search(model, [1], 3, 2, early_stopping=1)
+
+
+def test_self_bleu():
+    from transformerbook.sampling import self_bleu
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+    texts = ["the cat sat on the mat".split(), "the cat sat on a hat".split(), "a dog ran in the park".split()]
+    smooth = SmoothingFunction().method1
+    expected = sum(sentence_bleu([u for j, u in enumerate(texts) if j != i], t, smoothing_function=smooth)
+                   for i, t in enumerate(texts)) / 3
+    assert math.isclose(self_bleu(texts), expected)
+    assert self_bleu([texts[0]] * 4) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="at least two"): self_bleu(texts[:1])
+    with pytest.raises(ValueError, match="n=0"): self_bleu(texts, 0)

@@ -183,7 +183,7 @@ class MultiHeadAttention(nn.Module):
         if self.fused:  # torch's kernel; with GQA it reads each key/value head for its query heads without copying
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
                                                  **({"enable_gqa": True} if grouped and _SDPA_GQA else {}))
-            if mask is not None:  # a query with no allowed key outputs 0 (torch >= 2.5 does so too; older gave NaN)
+            if mask is not None:  # a query with no allowed key outputs 0 (torch's SDPA too since 2.5; before, NaN)
                 out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         else:
             weights = self.attn_dropout(attention_weights(q, k, mask))  # (B, H, T, S)

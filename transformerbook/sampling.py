@@ -4,8 +4,10 @@ models as task solvers (J&M 10.7–10.8).
 **In the package** (`transformerbook.sampling`): `generate(model, token_ids, max_new_tokens, temperature, top_k,
 top_p)` decodes a batch with a KV cache (temperature 0 is greedy). Its pieces work on (..., V) logits:
 `apply_temperature`, `top_k_filter` and `top_p_filter`, chained by `warp_logits`, then `sample_from_logits` draws
-one token per row. `kv_cache_bytes` gives a cache's memory, `score_continuations` and `perplexity` turn the model
-into a scorer (in nats), and `repeated_ngram_fraction` detects a generation stuck in a loop.
+one token per row. `beam_search(model, token_ids, max_new_tokens, num_beams, length_penalty)` keeps the $K$ best
+prefixes of one prompt (as Hugging Face's `num_beams`). `kv_cache_bytes` gives a cache's memory,
+`score_continuations` and `perplexity` turn the model into a scorer (in nats), `repeated_ngram_fraction` detects a
+generation stuck in a loop, and `self_bleu` measures how much several generations repeat one another.
 
 Docs: https://transformerbook.github.io/transformerbook/sampling.html.md"""
 
@@ -26,7 +28,7 @@ from .validation import check_in_interval, check_positive_int, is_number
 
 # %% auto #0
 __all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'generate', 'kv_cache_bytes',
-           'score_continuations', 'repeated_ngram_fraction', 'perplexity']
+           'score_continuations', 'repeated_ngram_fraction', 'self_bleu', 'perplexity', 'beam_search']
 
 # %% ../nbs/07_sampling.ipynb #8c673759
 def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that must not be drawn
@@ -282,6 +284,21 @@ def repeated_ngram_fraction(tokens: Sequence, # tokens, words or characters
     grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
+# %% ../nbs/07_sampling.ipynb #98ceef7f
+def self_bleu(texts: Sequence[Sequence], # N >= 2 texts, each a sequence of tokens (e.g. words)
+              n: int = 4, # highest n-gram order, >= 1
+             ) -> float: # in [0, 1]: 0 = the texts share no n-grams, 1 = they are identical
+    """Self-BLEU-n (Zhu et al. 2018; used by Holtzman et al. 2020 for diversity): the mean over texts of the BLEU-n of
+    each text against all the others as references, with nltk's `sentence_bleu` (uniform weights, smoothing
+    method 1). High values mean the texts repeat one another. Raises `ValueError` for fewer than two texts or n < 1."""
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1: raise ValueError(f"n={n!r} must be an int >= 1")
+    texts = [list(t) for t in texts]
+    if len(texts) < 2: raise ValueError(f"self-BLEU needs at least two texts, got {len(texts)}")
+    smooth = SmoothingFunction().method1
+    return sum(sentence_bleu(texts[:i] + texts[i + 1:], t, weights=(1 / n,) * n, smoothing_function=smooth)
+               for i, t in enumerate(texts)) / len(texts)
+
 # %% ../nbs/07_sampling.ipynb #ccfc7e41
 @torch.no_grad()
 def perplexity(model: nn.Module, # a `GPT`
@@ -322,3 +339,78 @@ def perplexity(model: nn.Module, # a `GPT`
     finally:
         model.train(was_training)
     return math.exp(nll[prompt_length:].mean().item())
+
+# %% ../nbs/07_sampling.ipynb #dd569767
+_EARLY_STOPPING = (False, True, "never")
+
+@torch.no_grad()
+def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_length` and `.config.vocab_size`)
+                token_ids, # one prompt: a list of ids or a (T,) int tensor
+                max_new_tokens: int, # most tokens to add, >= 1
+                num_beams: int, # K, the number of beams, >= 1 (1 = greedy decoding when no EOS is given)
+                length_penalty: float = 1.0, # α: a finished hypothesis scores (sum of log P) / n^α, n = its new tokens
+                eos_token_id: int | None = None, # a beam that emits it is finished
+                early_stopping: bool | str = False, # False (heuristic), True (stop at K finished) or "never"
+                generator: torch.Generator | None = None, # draw the candidates instead of taking the best (stochastic beam)
+               ) -> tuple[Tensor, float]: # (P + n,) int64 prompt and continuation, and its score_α (nats per token^α)
+    """Beam search with a length penalty, step for step as Hugging Face's `generate(num_beams=K, do_sample=False)`
+    (with a `generator`: as `do_sample=True`, drawing the 2K candidates without replacement).
+
+    Raises `ValueError` for max_new_tokens < 1, num_beams < 1, early_stopping outside (False, True, "never"), an
+    empty prompt, or token ids (prompt or eos_token_id) outside the vocabulary."""
+    V, C, K = model.config.vocab_size, model.config.context_length, num_beams
+    _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, V)
+    device = next(model.parameters()).device
+    ids, _ = _as_left_padded(token_ids, None, V, 0, device)  # (1, P)
+    if ids.shape[0] != 1: raise ValueError(f"beam_search takes one prompt, got {ids.shape[0]}")
+    beams = ids.expand(K, -1)  # (K, P): K copies of the prompt
+    beam_scores = torch.full((K,), -1e9, device=device)  # only beam 0 is real at the start
+    beam_scores[0] = 0.0
+    finished = _Finished(K)
+    was_training = model.training
+    model.eval()  # no dropout while searching
+    try:
+        for n in range(1, max_new_tokens + 1):
+            log_probs = model(beams[:, -C:])[:, -1].float().log_softmax(-1)  # (K, V) next-token log P of each beam
+            scores = (beam_scores[:, None] + log_probs).flatten()  # (K·V,) score of every one-token extension
+            if generator is None: cand_scores, cand = torch.topk(scores, 2 * K)  # (2K,) best first
+            else:
+                cand = torch.multinomial(scores.softmax(-1), 2 * K, generator=generator)  # (2K,) drawn without replacement
+                cand_scores = scores[cand]
+            seqs = torch.cat([beams[cand // V], (cand % V)[:, None]], dim=1)  # (2K, P + n): beam + its new token
+            ends = torch.full((2 * K,), n == max_new_tokens, device=device)  # (2K,) bool
+            if eos_token_id is not None: ends |= cand % V == eos_token_id
+            finished.add(seqs[:K][ends[:K]], cand_scores[:K][ends[:K]] / n ** length_penalty)  # step 2
+            live = torch.topk(cand_scores.masked_fill(ends, -1e9), K).indices  # (K,) step 3
+            beams, beam_scores = seqs[live], cand_scores[live]
+            if ends.all() or finished.is_full() and (early_stopping is True or not finished.can_improve(
+                    beam_scores[0], max_new_tokens if early_stopping == "never" and length_penalty > 0 else n,
+                    length_penalty)):
+                break  # step 4
+    finally:
+        model.train(was_training)
+    return finished.seqs[0], finished.scores[0].item()
+
+# %% ../nbs/07_sampling.ipynb #23ca72bd
+class _Finished:
+    "The K best finished hypotheses, best first (Hugging Face keeps the same list per prompt)."
+    def __init__(self, K: int): self.K, self.seqs, self.scores = K, [], torch.empty(0)
+
+    def add(self, seqs: Tensor, scores: Tensor) -> None: # (m, L) int64 and (m,) float32 penalised scores
+        all_seqs, all_scores = self.seqs + list(seqs), torch.cat([self.scores, scores.cpu()])
+        keep = torch.sort(all_scores, descending=True, stable=True).indices[:self.K]
+        self.seqs, self.scores = [all_seqs[i] for i in keep], all_scores[keep]
+
+    def is_full(self) -> bool: return len(self.seqs) == self.K
+
+    def can_improve(self, best_running: Tensor, length: int, alpha: float) -> bool:
+        "Could a running beam of score `best_running`, finishing at `length` tokens, beat the worst finished one?"
+        return bool(best_running.cpu() / length ** alpha > self.scores[-1])
+
+def _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, vocab_size) -> None:
+    for name, n in (("max_new_tokens", max_new_tokens), ("num_beams", num_beams)):
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1: raise ValueError(f"{name}={n!r} must be an int >= 1")
+    if not any(early_stopping is e for e in _EARLY_STOPPING) and early_stopping != "never":
+        raise ValueError(f"early_stopping={early_stopping!r} must be False, True or 'never'")
+    if eos_token_id is not None and not (isinstance(eos_token_id, int) and 0 <= eos_token_id < vocab_size):
+        raise ValueError(f"eos_token_id={eos_token_id!r} is outside [0, vocab_size={vocab_size})")

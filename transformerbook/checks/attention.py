@@ -2,7 +2,8 @@
 permutation-equivariance gap.
 
 **In the package** (`transformerbook.checks.attention`): `check_attention_weights`,
-`check_scaled_dot_product_attention` and `check_equivariance_gap` (with the reference `equivariance_gap`). Each `check_*` function takes your implementation, runs it on cases built from the book's reference code, and
+`check_scaled_dot_product_attention` and `check_equivariance_gap` (with the reference `equivariance_gap`); `check_poll_softmax_axis` and
+`check_poll_swap` grade the CS182 polls (Questions 1.1 and 1.2). Each `check_*` function takes your implementation, runs it on cases built from the book's reference code, and
 prints PASS, prints NOT YET while it still raises `NotImplementedError`, or raises an `AssertionError` that says
 what is wrong.
 
@@ -25,7 +26,7 @@ from ..masking import causal_mask
 
 # %% auto #0
 __all__ = ['META_CASES', 'check_attention_weights', 'check_scaled_dot_product_attention', 'equivariance_gap',
-           'check_equivariance_gap']
+           'check_equivariance_gap', 'check_poll_softmax_axis', 'check_poll_swap']
 
 # %% ../../nbs/checks/01_attention.ipynb #a23cd788
 def _inputs(seed: int = 0, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor, Tensor]:
@@ -302,4 +303,74 @@ META_CASES = [
                     "inverse permutation": "inverse permutation",
                     "mean instead of max": "averaged the differences", "features permuted": "permuted the features",
                     "signed max (no .abs())": "signed max"}),
+]
+
+# %% ../../nbs/checks/01_attention.ipynb #cfe94e78
+def _grade_choice(answer, # the reader's choice: a letter, an option's name, or a function that returns one
+                  options: dict[str, tuple[str, str]], # letter -> (name, why it is wrong; "" for the right one)
+                  question: str, # e.g. "Question 1.1"
+                  match=None, # optional: maps a non-string answer (a tensor, a list) to a letter, or None
+                 ) -> None:
+    "Raise `AssertionError` saying why the chosen option is wrong; `NotImplementedError` for an unanswered `...`."
+    if callable(answer) and not isinstance(answer, torch.Tensor): answer = answer()
+    if answer is None or answer is Ellipsis: raise NotImplementedError
+    names = {name.lower(): letter for letter, (name, _) in options.items()}
+    if isinstance(answer, str):
+        letter = answer.strip().upper() if answer.strip().upper() in options else names.get(answer.strip().lower())
+    else:
+        letter = match(answer) if match is not None else None
+    if letter is None:
+        choices = ", ".join(f"{k} ({name})" for k, (name, _) in options.items())
+        raise AssertionError(f"{question}: {answer!r} is not one of the options: {choices}.")
+    why = options[letter][1]
+    if why: raise AssertionError(f"{question}: {letter} ({options[letter][0]}) is not right: {why}")
+
+# %% ../../nbs/checks/01_attention.ipynb #e4430d95
+_SOFTMAX_AXIS_OPTIONS = {
+    "A": ("column-wise", "a column-wise softmax normalises over the queries (dim=-2): each KEY would hand out one unit "
+          "of attention over the queries, and a query's weights over the keys would no longer sum to 1. Eq. 10.13 "
+          "makes the weights of ONE query a probability distribution over the keys: a row of S."),
+    "B": ("row-wise", ""),
+}
+
+@checker("Question 1.1 — row-wise or column-wise softmax (CS182 poll)")
+def check_poll_softmax_axis(answer, # "A"/"B", "row-wise"/"column-wise", or a function returning one
+                           ) -> bool: # True on PASS, False while the answer is `...` or raises NotImplementedError
+    "Grade the CS182 poll: in A = softmax(Q Kᵀ/√d_k) V, is the softmax applied column-wise (A) or row-wise (B)?"
+    _grade_choice(answer, _SOFTMAX_AXIS_OPTIONS, "Question 1.1")
+
+# %% ../../nbs/checks/01_attention.ipynb #18dca372
+_SWAP_OPTIONS = {
+    "A": ("[0.1, 0.2, 1.2, 0.1]", ""),
+    "B": ("[0.1, 0.6, 0.4, 0.1]", "you kept each weight at its POSITION (0.2 at position 2, 0.6 at position 3). A weight "
+          "a_4j is computed from q_4 and k_j, and the key travels with its vector: [0, 0, 2, 0] still gets 0.6 wherever "
+          "it sits, so the weighted sum has the same terms in another order."),
+    "C": ("[0.1, 0.2, 0.6, 0.1]", "you used the weight 0.6 but not the vector it multiplies: with W_v = I the value v_j "
+          "is x_j itself, and x = [0, 0, 2, 0] contributes 0.6 · 2 = 1.2 to the third entry."),
+    "D": ("cannot be computed", "W_q and W_k are unknown, but not needed: swapping two earlier inputs swaps their keys "
+          "and values together and leaves q_4 alone, so every input keeps its own weight and x'_4 is the same sum."),
+}
+_SWAP_VECTORS = {"A": [0.1, 0.2, 1.2, 0.1], "B": [0.1, 0.6, 0.4, 0.1], "C": [0.1, 0.2, 0.6, 0.1]}
+
+def _match_vector(answer) -> str | None:
+    "The letter of the option vector that `answer` (4 numbers) equals, or None."
+    try: x = torch.as_tensor(answer, dtype=torch.float64).flatten()
+    except (TypeError, ValueError, RuntimeError): return None
+    return next((k for k, v in _SWAP_VECTORS.items()
+                 if x.shape == (4,) and torch.allclose(x, torch.tensor(v, dtype=torch.float64), atol=1e-6)), None)
+
+@checker("Question 1.2 — swap x₂ and x₃ (CS182 poll)")
+def check_poll_swap(answer, # a letter "A"-"D", the new x'_4 as 4 numbers, or a function returning one of them
+                   ) -> bool: # True on PASS, False while the answer is `...` or raises NotImplementedError
+    "Grade the CS182 poll: the new x'_4 after swapping x₂ and x₃ (W_v = I, weights 0.1, 0.2, 0.6, 0.1 before)."
+    _grade_choice(answer, _SWAP_OPTIONS, "Question 1.2", match=_match_vector)
+
+# %% ../../nbs/checks/01_attention.ipynb #85a89643
+META_CASES += [
+    MetaCase(check_poll_softmax_axis, "B", wrong={"column-wise": "A", "not an option": "diagonal"},
+             hints={"column-wise": "over the queries", "not an option": "not one of the options"}),
+    MetaCase(check_poll_swap, "A", wrong={"weights stay at positions": "B", "value not scaled": "C", "needs W_q, W_k": "D",
+                                          "weights stay at positions (vector)": [0.1, 0.6, 0.4, 0.1]},
+             hints={"weights stay at positions": "POSITION", "value not scaled": "0.6 · 2 = 1.2", "needs W_q, W_k": "not needed",
+                    "weights stay at positions (vector)": "POSITION"}),
 ]

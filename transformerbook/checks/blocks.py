@@ -1,7 +1,7 @@
 """`check_layer_norm`, `check_pre_norm_block` and `check_affected_positions`, used in the chapter "Transformer blocks".
 
 **In the package** (`transformerbook.checks.blocks`): `check_layer_norm`, `check_pre_norm_block` and
-`check_affected_positions`. Each `check_*` function takes your implementation, runs it on cases built from the book's reference code, and
+`check_affected_positions`; `check_block_params` checks a parameter-count formula (Exercise 4.4). Each `check_*` function takes your implementation, runs it on cases built from the book's reference code, and
 prints PASS, prints NOT YET while it still raises `NotImplementedError`, or raises an `AssertionError` that says
 what is wrong.
 
@@ -22,7 +22,7 @@ from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnos
 from ..masking import causal_mask
 
 # %% auto #0
-__all__ = ['META_CASES', 'check_layer_norm', 'check_pre_norm_block', 'check_affected_positions']
+__all__ = ['META_CASES', 'check_layer_norm', 'check_pre_norm_block', 'check_affected_positions', 'check_block_params']
 
 # %% ../../nbs/checks/04_blocks.ipynb #b673fd61
 def _layer_norm_ref(x, gamma, beta, eps=1e-5):
@@ -216,4 +216,50 @@ META_CASES = [
                     "perturbs every position": _perturb_everything},
              hints={"assumes no mixing": "only position t itself", "compares with the input": "your baseline is the input",
                     "perturbs every position": "you perturbed every position"}),
+]
+
+# %% ../../nbs/checks/04_blocks.ipynb #760d10db
+def _block_count_mistakes(d: int) -> dict[str, int]:
+    "Hint -> the count a classic mistake gives for width d (with biases, d_ff = 4d)."
+    return {
+        "you left out the biases (4d in attention, 4d + d in the FFN): count each nn.Linear's bias vector.": 12 * d * d + 4 * d,
+        "you left out the two LayerNorms' γ and β (2 · 2d = 4d).": 12 * d * d + 9 * d,
+        "you forgot attention's output projection W_O (d² + d): attention has FOUR d × d matrices, W_Q, W_K, W_V and W_O.":
+            11 * d * d + 12 * d,
+        "your FFN has d_ff = d; here d_ff = 4d, so its two matrices hold 8d² (plus 4d + d biases).": 6 * d * d + 10 * d,
+        "you counted one LayerNorm; a block has two, ln_1 and ln_2.": 12 * d * d + 11 * d,
+    }
+
+# %% ../../nbs/checks/04_blocks.ipynb #7b6240ce
+@checker("Exercise 4.4 — count a block's parameters")
+def check_block_params(block_params: Callable, # block_params(d_model) -> int, for biases and d_ff = 4·d_model
+                      ) -> bool: # True on PASS, False if `block_params` raises NotImplementedError
+    "Check `block_params(d)` against the parameters of `TransformerBlock(d, n_heads)` for d = 10, 64 and 768."
+    for d, n_heads in ((10, 2), (64, 4), (768, 12)):  # widths where no two mistakes give the same count
+        expected = sum(p.numel() for p in TransformerBlock(d, n_heads).parameters())
+        got = call_learner(block_params, d, what=f"block_params({d})")
+        if isinstance(got, torch.Tensor): got = got.item()
+        if not isinstance(got, int) or isinstance(got, bool):
+            if isinstance(got, float) and got.is_integer(): got = int(got)
+            else: raise AssertionError(f"block_params({d}) returned {got!r}; expected an int.")
+        if got != expected:
+            hint = next((h for h, n in _block_count_mistakes(d).items() if n == got), "count attention (4d² + 4d), "
+                        "the FFN (8d² + 5d) and two LayerNorms (4d) separately.")
+            raise AssertionError(f"block_params({d}) = {got:,}, but TransformerBlock({d}, {n_heads}) has {expected:,} "
+                                 f"parameters. Hint: {hint}")
+
+# %% ../../nbs/checks/04_blocks.ipynb #be6d3ccd
+def _block_params_ref(d): return 12 * d * d + 13 * d
+def _block_params_no_bias(d): return 12 * d * d + 4 * d
+def _block_params_no_ln(d): return 12 * d * d + 9 * d
+def _block_params_no_out_proj(d): return 11 * d * d + 12 * d
+def _block_params_ffn_d(d): return 6 * d * d + 10 * d
+
+# %% ../../nbs/checks/04_blocks.ipynb #7c7898e4
+META_CASES += [
+    MetaCase(check_block_params, reference=_block_params_ref,
+             wrong={"no biases": _block_params_no_bias, "no LayerNorms": _block_params_no_ln,
+                    "no output projection": _block_params_no_out_proj, "d_ff = d": _block_params_ffn_d},
+             hints={"no biases": "left out the biases", "no LayerNorms": "LayerNorms", "no output projection": "W_O",
+                    "d_ff = d": "d_ff = 4d"}),
 ]

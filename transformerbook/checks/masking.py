@@ -1,7 +1,8 @@
 """Checkers for Chapter 2's exercises: causal masks, padding masks, combined masks and NaN-free masked attention.
 
 **In the package** (`transformerbook.checks.masking`): `check_causal_mask`, `check_padding_mask`,
-`check_combine_masks` and `check_masked_attention`. Each `check_*` function takes your implementation, runs it on cases built from the book's reference code, and
+`check_combine_masks` and `check_masked_attention`; `check_poll_causal_mask` grades the CS182 poll
+(Question 2.1). Each `check_*` function takes your implementation, runs it on cases built from the book's reference code, and
 prints PASS, prints NOT YET while it still raises `NotImplementedError`, or raises an `AssertionError` that says
 what is wrong.
 
@@ -22,7 +23,8 @@ from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnos
 from ..masking import causal_mask, combine_masks, make_padding_mask
 
 # %% auto #0
-__all__ = ['META_CASES', 'check_causal_mask', 'check_padding_mask', 'check_combine_masks', 'check_masked_attention']
+__all__ = ['META_CASES', 'check_causal_mask', 'check_padding_mask', 'check_combine_masks', 'check_masked_attention',
+           'check_poll_causal_mask']
 
 # %% ../../nbs/checks/02_masking.ipynb #f81d1af7
 def _assert_mask_equal(actual, # the reader's mask
@@ -210,4 +212,42 @@ META_CASES = [
                     "fully masked rows not zeroed": _attention_unmasked_rows_uniform},
              hints={"-inf gives NaN": "softmax over a row of -inf", "flipped mask": "mask polarity is flipped",
                     "fully masked rows not zeroed": "rows with no allowed key must output zeros"}),
+]
+
+# %% ../../nbs/checks/02_masking.ipynb #e792be7d
+from .attention import _grade_choice
+
+# %% ../../nbs/checks/02_masking.ipynb #e06ebfcb
+_CAUSAL_OPTIONS = {
+    "A": ("zeros on and above the diagonal", "that is the transpose: row i is query i, and A lets query 1 see all four "
+          "tokens, including the three it must predict, while query 4 sees only itself. Zeros (may attend) belong on "
+          "and BELOW the diagonal, keys j <= i."),
+    "B": ("zeros on and below the diagonal", ""),
+    "C": ("zeros on the diagonal only", "C lets each token attend only to itself. It does not cheat, but it throws the "
+          "context away: every prediction would depend on the current token alone, a bigram model."),
+}
+_NEG_INF = float("-inf")
+_CAUSAL_CANDIDATES = {  # T = 4, additive masks: 0 = may attend, -inf = blocked; rows are queries
+    "A": torch.tensor([[0.0, 0, 0, 0], [_NEG_INF, 0, 0, 0], [_NEG_INF, _NEG_INF, 0, 0], [_NEG_INF] * 3 + [0.0]]),
+    "B": torch.where(causal_mask(4), 0.0, _NEG_INF),
+    "C": torch.where(torch.eye(4, dtype=torch.bool), 0.0, _NEG_INF),
+}
+
+def _match_mask(answer) -> str | None:
+    "The letter of the candidate matrix that `answer` ((4, 4) additive mask) equals, or None."
+    if not isinstance(answer, torch.Tensor) or answer.shape != (4, 4): return None
+    return next((k for k, m in _CAUSAL_CANDIDATES.items() if torch.equal(answer.double(), m.double())), None)
+
+@checker("Question 2.1 — which matrix is the causal mask? (CS182 poll)")
+def check_poll_causal_mask(answer, # "A", "B" or "C", the chosen (4, 4) matrix, or a function returning one of them
+                          ) -> bool: # True on PASS, False while the answer is `...` or raises NotImplementedError
+    "Grade the CS182 poll: which additive mask M (0 = may attend, -inf = blocked; rows = queries) is causal for T = 4?"
+    _grade_choice(answer, _CAUSAL_OPTIONS, "Question 2.1", match=_match_mask)
+
+# %% ../../nbs/checks/02_masking.ipynb #25a38b30
+META_CASES += [
+    MetaCase(check_poll_causal_mask, "B", wrong={"transpose": "A", "diagonal only": "C", "transpose (matrix)": _CAUSAL_CANDIDATES["A"],
+                                                 "not an option": torch.zeros(4, 4)},
+             hints={"transpose": "transpose", "diagonal only": "bigram", "transpose (matrix)": "transpose",
+                    "not an option": "not one of the options"}),
 ]
