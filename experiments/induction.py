@@ -1,7 +1,7 @@
 """Induction heads forming during training: the phase change of chapter 11 ("Inside a trained model").
 
-Trains `interpret.induction_configs()`'s 2-layer character model on TinyShakespeare with `interpret.repeat_half_batch`
-(half the sequences repeat their first half), stopping every `--every` steps to save a snapshot of the weights
+Trains `interpret.induction_configs()`'s 2-layer character model on TinyShakespeare with `interpret.repeat_segment_batch`
+(a text segment of random length and place followed by its copy), stopping every `--every` steps to save a snapshot of the weights
 (`interpret.induction_run`, cached: the stages resume each other, so the weights are those of one uninterrupted run;
 `interpret.induction_model()` is its last snapshot). At every snapshot it records `interpret.induction_metrics`: validation
 loss, loss on the first and second copy of repeated text and of repeated random characters, and every head's

@@ -8,10 +8,12 @@ newlines) and `induction_score(weights, period)` (Olsson et al. 2022), computed 
 them as (n_layers, n_heads) tensors keyed by `HEAD_SCORES`. `loss_by_position(model, token_ids)` is the
 in-context-learning curve, `copy_losses(model, token_ids)` the loss on the first and second copy of a repeated
 sequence, and `logit_lens_losses(model, token_ids)` the loss read from the residual stream after every layer.
-Induction heads are made to form by `repeat_half_batch` (batches in which half the windows repeat their first half),
-with the model and optimiser settings of `induction_configs()`; `induction_model()` is that model trained once and
-cached (the `INDUCTION_BATCH` sampler named in its cache key), `train_in_stages` saves snapshots along a run, and
-`induction_metrics` is what `experiments/induction.py` records at each snapshot.
+Induction heads are made to form by `repeat_segment_batch` (windows in which a text segment of random length and
+place is followed by its copy),
+with the model and optimiser settings of `induction_configs()`. `train_in_stages` saves snapshots along a run;
+`induction_run(every)` is that model's run, trained once with a snapshot every `every` steps and cached in
+`induction_run_dir(every)` (the `INDUCTION_BATCH` sampler named in its key); `induction_model()` loads its last
+snapshot, and `induction_metrics` is what `experiments/induction.py` records at each snapshot.
 
 Docs: https://transformerbook.github.io/transformerbook/inside.html.md"""
 
@@ -39,8 +41,8 @@ from .training import (CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch,
 # %% auto #0
 __all__ = ['HEAD_SCORES', 'INDUCTION_BATCH', 'attention_patterns', 'previous_token_score', 'first_token_score',
            'token_attention_score', 'induction_score', 'repeated_random_tokens', 'repeated_text', 'loss_by_position',
-           'copy_losses', 'head_scores', 'repeat_half_batch', 'induction_configs', 'train_in_stages', 'induction_run',
-           'induction_model', 'induction_metrics', 'logit_lens_losses']
+           'copy_losses', 'head_scores', 'repeat_segment_batch', 'induction_configs', 'train_in_stages',
+           'induction_run_dir', 'induction_run', 'induction_model', 'induction_metrics', 'logit_lens_losses']
 
 # %% ../nbs/11_inside.ipynb #3d3b84a6
 def _check_model(model) -> None:
@@ -70,7 +72,7 @@ def attention_patterns(model: GPT, # any GPT (pre- or post-norm, fused or not)
         model.train(was_training)
     return torch.stack(patterns)  # n_layers x (B, H, T, T) -> (L, B, H, T, T)
 
-# %% ../nbs/11_inside.ipynb #0844732b
+# %% ../nbs/11_inside.ipynb #0c01b531
 def _check_weights(weights) -> None:
     if not isinstance(weights, Tensor) or not weights.is_floating_point():
         raise TypeError(f"weights must be a float torch.Tensor of attention weights, got "
@@ -90,7 +92,7 @@ def first_token_score(weights: Tensor, # (..., T, T)
     _check_weights(weights)
     return weights[..., 1:, 0].mean(-1)  # (..., T-1) -> (...)
 
-# %% ../nbs/11_inside.ipynb #ff28c4a1
+# %% ../nbs/11_inside.ipynb #d14c3abe
 def token_attention_score(weights: Tensor, # (..., B, H, T, T) attention weights of a batch
                           token_ids: Tensor, # (B, T) int64: the tokens the weights were computed on
                           token_id: int, # the key token whose share of attention is measured, e.g. the newline's id
@@ -104,7 +106,7 @@ def token_attention_score(weights: Tensor, # (..., B, H, T, T) attention weights
     is_key = (token_ids == token_id)[:, None, None, :].to(weights.dtype)  # (B, T) -> (B, 1, 1, T)
     return (weights * is_key).sum(-1)[..., 1:].mean(-1)  # (..., B, H, T, T) -> (..., B, H, T) -> (..., B, H)
 
-# %% ../nbs/11_inside.ipynb #4293730f
+# %% ../nbs/11_inside.ipynb #74179064
 def induction_score(weights: Tensor, # (..., T, T) weights on a sequence that repeats with `period`
                     period: int, # L: token i equals token i - L for every i >= L
                    ) -> Tensor: # (...) mean over queries i = L..T-1 of weights[..., i, i - L + 1]
@@ -137,7 +139,7 @@ def repeated_text(data: Tensor, # (N,) int64 token ids of a split
     token_ids, _ = get_batch(data, batch_size, period, generator)  # (B, L)
     return token_ids.repeat(1, 2)  # (B, 2L)
 
-# %% ../nbs/11_inside.ipynb #f7fd0f26
+# %% ../nbs/11_inside.ipynb #eb5802b6
 @torch.no_grad()
 def loss_by_position(model: GPT,
                      token_ids: Tensor, # (B, T) int64
@@ -166,7 +168,7 @@ def copy_losses(model: GPT,
     losses = loss_by_position(model, token_ids)  # (2L - 1,)
     return losses[:L - 1].mean().item(), losses[L:].mean().item()
 
-# %% ../nbs/11_inside.ipynb #ac255776
+# %% ../nbs/11_inside.ipynb #530627c1
 HEAD_SCORES = ("previous_token", "first_token", "newline", "induction")  # the columns of `head_scores`
 
 def head_scores(model: GPT,
@@ -182,34 +184,38 @@ def head_scores(model: GPT,
             "newline": token_attention_score(text, text_ids, newline_id).mean(1),
             "induction": induction_score(rand, random_ids.shape[1] // 2).mean(1)}
 
-# %% ../nbs/11_inside.ipynb #b6947aa6
-def repeat_half_batch(data: Tensor, # (N,) int64 token ids of a split
-                      batch_size: int, # B
-                      context_length: int, # T (even)
-                      generator: torch.Generator | None = None, # seeded => reproducible
-                      repeat_fraction: float = 0.5, # the first round(B · repeat_fraction) windows repeat their first half
-                     ) -> tuple[Tensor, Tensor]: # token_ids, targets: (B, T) int64, targets shifted left by one
-    """`get_batch`, except that the first `round(B · repeat_fraction)` windows are a text segment of T/2 characters
-    followed by the same segment again (and the character that followed it), Olsson et al. (2022)'s repeated
-    sequences mixed into ordinary text: the only way to predict the second copy is to copy from the first. Raises
-    `ValueError` for an odd T or a fraction outside [0, 1], and what `get_batch` raises."""
-    if not isinstance(context_length, int) or context_length < 2 or context_length % 2:
-        raise ValueError(f"context_length={context_length!r} must be an even int >= 2")
+# %% ../nbs/11_inside.ipynb #16d7b98a
+def repeat_segment_batch(data: Tensor, # (N,) int64 token ids of a split
+                         batch_size: int, # B
+                         context_length: int, # T (>= 8)
+                         generator: torch.Generator | None = None, # seeded => reproducible
+                         repeat_fraction: float = 1.0, # the first round(B · repeat_fraction) windows get a repeat
+                        ) -> tuple[Tensor, Tensor]: # token_ids, targets: (B, T) int64, targets shifted left by one
+    """`get_batch`, except that in the first `round(B · repeat_fraction)` windows a segment of the text, of random
+    length L in [T/8, T/2] at a random place, is immediately followed by a copy of itself (Olsson et al. 2022's
+    repeated sequences, embedded in ordinary text). Where the copy is and how long it is change from window to window,
+    so only a model that recognises the repeated *content* can predict it. Raises `ValueError` for T < 8 or a fraction
+    outside [0, 1], and what `get_batch` raises."""
+    if not isinstance(context_length, int) or context_length < 8:
+        raise ValueError(f"context_length={context_length!r} must be an int >= 8")
     if not isinstance(repeat_fraction, (int, float)) or not 0 <= repeat_fraction <= 1:
         raise ValueError(f"repeat_fraction={repeat_fraction!r} must be a number in [0, 1]")
     token_ids, targets = get_batch(data, batch_size, context_length, generator)  # (B, T), (B, T)
     seq = torch.cat([token_ids, targets[:, -1:]], dim=1)  # (B, T + 1): the window and the token after it
-    n_rep, half = round(batch_size * repeat_fraction), context_length // 2
-    seq[:n_rep] = torch.cat([seq[:n_rep, :half], seq[:n_rep, :half + 1]], dim=1)  # s ⊕ s ⊕ next: (n_rep, T + 1)
+    T = context_length
+    for b in range(round(batch_size * repeat_fraction)):
+        L = int(torch.randint(T // 8, T // 2 + 1, (1,), generator=generator))  # period of the repeat
+        p = int(torch.randint(0, T + 2 - 2 * L, (1,), generator=generator))  # where the segment starts
+        seq[b, p + L:p + 2 * L] = seq[b, p:p + L].clone()  # s ⊕ s inside the window
     return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()  # (B, T), (B, T)
 
-# %% ../nbs/11_inside.ipynb #d90e18a0
-INDUCTION_BATCH = "repeat_half_batch(repeat_fraction=0.5)"  # names the sampler in the cache key
+# %% ../nbs/11_inside.ipynb #49056d9e
+INDUCTION_BATCH = "repeat_segment_batch(repeat_fraction=1.0)"  # names the sampler in the cache key
 
 def induction_configs(**train_overrides, # e.g. max_iters=200
                      ) -> tuple: # (GPTConfig, TrainConfig)
     """A 2-layer, 4-head, d_model 128, context-128 character model and the baby GPT's optimiser settings for 3,000
-    steps: the smallest recipe in which induction heads form on 2 CPU cores (trained with `repeat_half_batch`)."""
+    steps: the smallest recipe in which induction heads form on 2 CPU cores (trained with `repeat_segment_batch`)."""
     model_cfg = GPTConfig(vocab_size=65, context_length=128, d_model=128, n_heads=4, n_layers=2, dropout=0.0,
                           fused=True)
     train_cfg = TrainConfig(**{**dict(max_iters=3000, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
@@ -217,7 +223,7 @@ def induction_configs(**train_overrides, # e.g. max_iters=200
                                       eval_interval=250, eval_iters=20), **train_overrides})
     return model_cfg, train_cfg
 
-# %% ../nbs/11_inside.ipynb #23de0c51
+# %% ../nbs/11_inside.ipynb #f26bbe92
 def train_in_stages(model: GPT, # trained in place
                     train_data: Tensor, val_data: Tensor, # (N,) int64 token ids
                     cfg: TrainConfig,
@@ -247,24 +253,30 @@ def train_in_stages(model: GPT, # trained in place
         save_checkpoint(snap(stop), model, None, stop, tokenizer=tokenizer)
     return [(stop, snap(stop)) for stop in stops]
 
-# %% ../nbs/11_inside.ipynb #2088495a
+# %% ../nbs/11_inside.ipynb #ff8be37b
+def induction_run_dir(every: int = 100, # steps between snapshots
+                      **train_overrides, # as for `induction_run`
+                     ) -> Path: # `cache_dir()/models/induction-stages-<hash>`; it may not exist yet
+    "Where `induction_run` keeps its snapshots: named by a hash of the configs, `every`, the sampler and the code version."
+    model_cfg, train_cfg = induction_configs(**train_overrides)
+    key = json.dumps({"model": model_cfg.to_dict(), "train": train_cfg.to_dict(), "every": every,
+                      "batch_fn": INDUCTION_BATCH, "version": transformerbook.__version__}, sort_keys=True)
+    return cache_dir()/"models"/f"induction-stages-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
 def induction_run(every: int = 100, # steps between snapshots
                   out_dir: str | Path | None = None, # default: `cache_dir()/models/induction-stages-<hash>`
                   progress: bool = True, # progress bar while training (first call only)
                   **train_overrides, # changes to `induction_configs()`'s TrainConfig, e.g. max_iters=100
                  ) -> list: # [(step, snapshot path)], as `train_in_stages` returns
-    """The induction model of `induction_configs()` trained once on TinyShakespeare with `repeat_half_batch`, with a
+    """The induction model of `induction_configs()` trained once on TinyShakespeare with `repeat_segment_batch`, with a
     snapshot every `every` steps, cached like `training.cached_run` (keyed by a hash of the configs, `every`, the
     sampler's name and the code version): the first call trains (about 5 minutes on 2 free CPU cores), an
     interrupted one resumes, later calls only list the snapshots."""
     model_cfg, train_cfg = induction_configs(**train_overrides)
-    if out_dir is None:
-        key = json.dumps({"model": model_cfg.to_dict(), "train": train_cfg.to_dict(), "every": every,
-                          "batch_fn": INDUCTION_BATCH, "version": transformerbook.__version__}, sort_keys=True)
-        out_dir = cache_dir()/"models"/f"induction-stages-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    out_dir = induction_run_dir(every, **train_overrides) if out_dir is None else out_dir
     tok, train_ids, val_ids = load_dataset("tinyshakespeare", "char")
     torch.manual_seed(train_cfg.seed)  # the initial weights, drawn as `training.cached_run` draws them
-    return train_in_stages(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir, every, batch_fn=repeat_half_batch,
+    return train_in_stages(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir, every, batch_fn=repeat_segment_batch,
                            tokenizer=tok, progress=progress)
 
 def induction_model(progress: bool = True, # progress bar while training (first call only)
@@ -272,7 +284,7 @@ def induction_model(progress: bool = True, # progress bar while training (first 
     "The induction model at the end of its training (`induction_run()`'s last snapshot), trained on first use."
     return load_model(induction_run(progress=progress)[-1][1])
 
-# %% ../nbs/11_inside.ipynb #85a2cbab
+# %% ../nbs/11_inside.ipynb #b24e6ebb
 def induction_metrics(model: GPT, # a character model (vocab_size 65)
                       val_data: Tensor, # (N,) int64 validation token ids
                       newline_id: int, # the newline's id
@@ -294,7 +306,7 @@ def induction_metrics(model: GPT, # a character model (vocab_size 65)
     scores = head_scores(model, text_ids, random_rep, newline_id)
     return out | {name: [[round(v, 6) for v in row] for row in s.tolist()] for name, s in scores.items()}
 
-# %% ../nbs/11_inside.ipynb #5e68599c
+# %% ../nbs/11_inside.ipynb #91a9bd4b
 @torch.no_grad()
 def logit_lens_losses(model: GPT,
                       token_ids: Tensor, # (B, T) int64
