@@ -1,0 +1,68 @@
+"""Induction heads forming during training: the phase change of chapter 11 ("Inside a trained model").
+
+Trains `interpret.induction_configs()`'s 2-layer character model on TinyShakespeare with `interpret.repeat_segment_batch`
+(a text segment of random length and place followed by its copy), stopping every `--every` steps to save a snapshot of the weights
+(`interpret.induction_run`, cached: the stages resume each other, so the weights are those of one uninterrupted run;
+`interpret.induction_model()` is its last snapshot). At every snapshot it records `interpret.induction_metrics`: validation
+loss, loss on the first and second copy of repeated text and of repeated random characters, and every head's
+previous-token, first-token, newline and induction scores. It measures the cached baby GPT
+(`training.shakespeare_model("char")`) the same way, as the model trained on ordinary text only.
+
+Writes `transformerbook/results/induction.json`. The snapshots live in the model cache (`cache_dir()/models/
+induction-stages-<hash>`), so a second run only re-measures them. About 5 minutes of training on 2 free CPU cores.
+
+    python experiments/induction.py                      # the committed results
+    python experiments/induction.py --max-iters 100 --out /tmp/slice.json   # the first 100 steps (the test's slice)
+
+The learning-rate schedule always ends at step 3,000, so a shorter run is the first steps of the committed one.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from transformerbook.data import RESULTS_DIR
+from transformerbook.interpret import INDUCTION_BATCH, induction_configs, induction_metrics, induction_run
+from transformerbook.training import load_dataset, load_model, shakespeare_model
+
+def run(max_iters: int = 3000, every: int = 100, seed: int = 1337, out_dir: Path | None = None,
+        baby: bool = True) -> dict:
+    "Train in stages (or reuse the cached snapshots), measure every snapshot; the results dict of the JSON file."
+    model_cfg, train_cfg = induction_configs(max_iters=max_iters, seed=seed)  # cosine to step 3000 whatever max_iters is
+    tok, _, val_ids = load_dataset("tinyshakespeare", "char")
+    newline_id = tok.encode("\n")[0]
+    snapshots = induction_run(every, out_dir, progress=sys.stderr.isatty(), max_iters=max_iters, seed=seed)
+    rows = []
+    for step, path in snapshots:
+        rows.append({"step": step, **induction_metrics(load_model(path)[0], val_ids, newline_id)})
+        print(f"step {step:5d}: val {rows[-1]['val_loss']:.3f}, repeated text {rows[-1]['text_first']:.3f} -> "
+              f"{rows[-1]['text_second']:.3f}, max induction score {max(map(max, rows[-1]['induction'])):.3f}")
+    results = {"model_config": model_cfg.to_dict(), "train_config": train_cfg.to_dict(), "every": every,
+               "batch_fn": INDUCTION_BATCH, "snapshots": rows}
+    if baby:
+        results["baby"] = induction_metrics(shakespeare_model("char", progress=False)[0], val_ids, newline_id)
+    return results
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max-iters", type=int, default=3000, help="training steps (default: 3000)")
+    parser.add_argument("--every", type=int, default=100, help="steps between snapshots (default: 100)")
+    parser.add_argument("--seed", type=int, default=1337, help="training seed (default: 1337, the book's)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR/"induction.json", help="where the JSON goes")
+    parser.add_argument("--no-baby", action="store_true", help="skip measuring the cached baby GPT")
+    args = parser.parse_args(argv)
+    command = "python experiments/induction.py" + "".join(
+        f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    results = run(args.max_iters, args.every, args.seed, baby=not args.no_baby)
+    doc = {"command": command, "seeds": [args.seed], "created": datetime.date.today().isoformat(), "results": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=args.out.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f: json.dump(doc, f, indent=1)
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}")
+
+if __name__ == "__main__":
+    main()
