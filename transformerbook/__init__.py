@@ -8,6 +8,7 @@ Modules:
 - `transformerbook.checks.blocks`: `check_layer_norm`, `check_pre_norm_block` and `check_affected_positions`, used in the chapter "Transformer blocks".
 - `transformerbook.checks.core`: The small toolkit behind every exercise checker: one pass line, or an error that says exactly what is wrong.
 - `transformerbook.checks.embeddings`: `check_one_hot_embedding`, `check_sinusoidal_encoding`, `check_rotation_matrix` and `check_cosine_similarity`, used in the chapter "Embeddings".
+- `transformerbook.checks.evaluation`: The checkers behind the exercises of "What a trained model can do, what it learned from, and what can go wrong": a likelihood classifier and GPT-3's 13-gram contamination test.
 - `transformerbook.checks.lm_head`: Exercise checkers for chapter 06: counting a GPT's parameters, tying the weights, and the logit lens.
 - `transformerbook.checks.masking`: Checkers for Chapter 2's exercises: causal masks, padding masks, combined masks and NaN-free masked attention.
 - `transformerbook.checks.moe`: `check_top_k_gate`, `check_load_balancing_loss` and `check_moe_dispatch`, used in the chapter "Mixture of Experts".
@@ -19,6 +20,7 @@ Modules:
 - `transformerbook.cli`: `transformerbook train` and `transformerbook sample`: train a GPT on TinyShakespeare (or any text file) with a progress bar and checkpoints, resume it, and generate text from a checkpoint.
 - `transformerbook.data`: Where the book's real inputs come from, how they are verified and cached, and how to work offline.
 - `transformerbook.embeddings`: Token embeddings as row selection from E, learned and sinusoidal position embeddings, and what the geometry of embedding space encodes (J&M 10.5; notes 19.2; 6.390 11.1).
+- `transformerbook.evaluation`: Tasks as likelihood comparisons with confidence intervals, GPT-3's data mix, deduplication and 13-gram contamination on TinyShakespeare, memorisation and extraction measured on the book's model, and its model card (J&M 10.7, 10.9.2, 10.10).
 - `transformerbook.lm_head`: Unembedding, weight tying, a softmax over the vocabulary, and the whole decoder-only model (J&M 10.6).
 - `transformerbook.masking`: Causal masks for language modelling, padding masks for batches, and how to combine them (J&M 10.1.5).
 - `transformerbook.moe`: Replace the feed-forward network with many expert networks and a router that sends each token to only a few of them: more parameters at the same compute per token (notes 19.6; Shazeer et al. 2017; Fedus et al. 2021; Jiang et al. 2024).
