@@ -187,7 +187,7 @@ def test_extraction_finds_a_memorised_passage():
     data = torch.tensor(tok.encode(passage * 40))
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, context_length=32, d_model=32, n_heads=2, n_layers=1))
-    train(model, data, data, TrainConfig(max_iters=150, batch_size=8, learning_rate=3e-3, eval_interval=150,
+    train(model, data, data, TrainConfig(max_iters=300, batch_size=8, learning_rate=3e-3, eval_interval=300,
                                          eval_iters=1, warmup_iters=5), progress=False)
     model.eval()
     other = "xyzq xyzq xyzq xyzq xyzq xyzq xyzq xyzq xyzq xyzq xyz"
@@ -207,9 +207,11 @@ def _load_experiment():
 def test_memorisation_experiment_slice_reproduces():
     committed = load_result("memorisation")
     assert {"command", "seeds", "created", "results"} <= set(committed)
-    first = committed["results"]["full"]["snapshots"][0]
+    small = committed["results"]["small"]
+    first = small["snapshots"][0]
     torch.set_num_threads(1)
-    again = _load_experiment().run([first["step"]], [1.0], n_samples=8, n_passages=10)["snapshots"][0]
+    again = _load_experiment().run([first["step"]], [1.0], train_chars=small["train_chars"], n_passages=10,
+                                   schedule_end=small["snapshots"][-1]["step"])["snapshots"][0]
     assert math.isclose(again["val_loss"], first["val_loss"], rel_tol=1e-4)
     assert math.isclose(again["train_loss"], first["train_loss"], rel_tol=1e-4)
     assert again["verbatim"]["1.0"] == pytest.approx(first["verbatim"]["1.0"], abs=0.01)
