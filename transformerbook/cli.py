@@ -192,6 +192,8 @@ def _train(args) -> int:
     if history.steps and rank == 0:
         print(f"step {history.steps[-1]}: train loss {history.train_loss[-1]:.4f}, val loss {history.val_loss[-1]:.4f} "
               f"({bpb(history.val_loss[-1], 'val'):.3f} bits/byte); checkpoint {ckpt_path}")
+        from transformerbook.evaluation import write_model_card  # chapter 11a: a model card beside every checkpoint
+        print(f"model card {write_model_card(out, data=args.data)}", file=sys.stderr)
     return 0
 
 # %% ../nbs/08a_cli.ipynb #0a28ca07
