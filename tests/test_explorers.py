@@ -424,8 +424,8 @@ def test_widget_code_is_folded_on_the_site(site):
 
 
 def test_figures_are_numbered_with_captions_and_alt_text(site, chrome, base_url):
-    "On the built pages every image in the text is a figure numbered by its chapter (Figure 7.2) whose alt text is not a
-    file name."
+    """On the built pages every image in the text is a figure numbered by its chapter (Figure 7.2) whose alt text is
+    not a file name."""
     page = chrome.new_page()
     for stem in CHAPTERS.values():
         page.goto(f"{base_url}/{stem}.html", wait_until="load")
