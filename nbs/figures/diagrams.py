@@ -78,7 +78,7 @@ def transformer_block():
                 circle_plus(ax, spine, y_sub + 0.45)
                 box(ax, spine, y_add + 0.2, 1.5, 0.36, f"LayerNorm ({ln})", "norm", 9, zorder=2)
         if pre:
-            box(ax, spine, 5.55, 1.5, 0.36, "final LayerNorm", "norm", 9, zorder=2)
+            box(ax, spine, 5.5, 1.5, 0.5, "final LayerNorm\n(last block only)", "norm", 8.5, zorder=2)
         ax.text(x0, 5.95, "to the next block / lm_head", ha="center", fontsize=8.5, color="#555555")
     ax.text(4.2, -0.25, "Each block maps (B, T, D) to (B, T, D). Pre-norm normalises each sublayer's input and keeps the "
             "residual stream un-normalised; post-norm normalises after each addition.", ha="center", fontsize=8.5,

@@ -7,10 +7,12 @@ writes `<div class="tb-explorer" data-explorer="sampling">` and, on that page on
 `_static/explorers/explorers.js`, `explorers.css` and the data script `_static/explorers/data/sampling.js`, which
 `tools/explorers.py` writes into the built site (`tools/build_site.py` calls it after Sphinx). Names are the keys
 of `tools/explorers.py`'s `NAMES`; an unknown name is a build error. Every page also gets `_static/figures.css`
-(figures of `tools/figures.py`: plots saved at 2x keep their aspect ratio on narrow screens).
+(figures of `tools/figures.py`: plots saved at 2x keep their aspect ratio on narrow screens), and figures are
+numbered by chapter (`chapter_figure_numbers`).
 """
 from __future__ import annotations
 
+import re
 from html import escape
 
 from docutils import nodes
@@ -58,7 +60,28 @@ def _page_assets(app, pagename, templatename, context, doctree):
     app.add_js_file("explorers/explorers.js")
 
 
+_CHAPTER = re.compile(r"^(\d+)([a-z]?)_")  # "07_sampling" -> ("07", ""), "05a_tokenization" -> ("05", "a")
+
+
+def chapter_figure_numbers(app, env):
+    """Number each chapter's figures by its chapter, as the exercises are: Figure 7.2 is the second figure of
+    `07_sampling`, Figure 5a.1 the first of `05a_tokenization` (Sphinx's `numfig` alone counts through the whole
+    book). Pages whose name has no chapter number keep Sphinx's numbers. Returns the documents renumbered."""
+    changed = []
+    for docname, kinds in getattr(env, "toc_fignumbers", {}).items():
+        m = _CHAPTER.match(docname)
+        figs = kinds.get("figure", {})
+        if not m or not figs:
+            continue
+        chapter = f"{int(m.group(1))}{m.group(2)}"
+        for i, fig_id in enumerate(sorted(figs, key=figs.get), 1):
+            figs[fig_id] = (chapter, i)
+        changed.append(docname)
+    return changed
+
+
 def setup(app):
+    app.connect("env-get-updated", chapter_figure_numbers, priority=900)  # after Sphinx's own numbering (500)
     app.add_css_file("figures.css")  # every page: 2x plots and diagrams keep their aspect ratio (tools/figures.py)
     app.add_directive("explorer", ExplorerDirective)
     app.connect("env-purge-doc", _purge)

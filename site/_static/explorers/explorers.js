@@ -374,7 +374,7 @@
     const law = control(root, { name: "law", label: "Fitted law", value: 0,
       options: data.laws.map((l, i) => [i, l.label]) });
     const logc = control(root, { name: "log10_flops", label: "Budget: log10 of C (FLOPs)", min: 18, max: 26,
-      step: 0.01, value: Math.log10(5.76e23), format: (v) => `${fmt(v, 2)} (C = ${sci(Math.pow(10, v))} FLOPs)` });
+      step: 0.01, value: Math.log10(5.76e23), format: (v) => `C ≈ 10^${fmt(v, 2)} FLOPs` });
     const flops = control(root, { name: "flops", type: "number", label: "Budget C in FLOPs (e.g. 5.76e23)",
       min: 1e15, max: 1e30, step: "any", value: "5.76e23" });  // Chinchilla's and Gopher's budget
     flops.nextSibling.remove();  // the number box shows its own value
