@@ -362,6 +362,10 @@ def test_instructor_build_leaves_the_solutions_out(book, tmp_path):
         assert "exercise-start" in text and "solution-start" not in text, stem
     lettered = (tmp_path / f"{LETTERED}.ipynb").read_text(encoding="utf-8")
     assert "Multiply by two." in lettered and "return 2 * x" not in lettered
+    assert "Download the notebook" in lettered and "colab" not in lettered.lower()  # Colab would open the full copy
+    download = nbformat.read(tmp_path / build_site.DOWNLOADS / f"{LETTERED}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in download.cells)
+    assert "Multiply by two." in text and "def twice(x):\n    raise" in text and "return 2 * x" not in text
 
 
 def chapters(visited) -> list[str]:
