@@ -48,6 +48,7 @@ html_theme_options = {
 }
 html_static_path = ["_static"]
 html_css_files = ["book.css"]
+html_favicon = "_static/favicon.svg"  # without one, browsers request /favicon.ico and log a 404
 # Workaround: the visible sidebar toggles get no handler in the pinned themes (see the file).
 html_js_files = ["sidebar-toggles.js"]
 # Search: sections rank above the checker appendix and the contents page; snippets without TeX (see the file).

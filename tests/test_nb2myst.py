@@ -268,3 +268,22 @@ def test_reading_order_puts_goals_then_api_list_after_the_title():
     texts = [c.source.split("\n")[0] for c in nb.cells]
     assert texts == ["# T", "**You will learn**", "**In the package**: `f`.", "import torch", "## First section",
                      "x = 1", "You will learn nothing here."]
+
+
+def test_install_cell_is_added_once_before_the_first_code_cell():
+    import add_install_cell
+    nb = new_notebook(cells=[new_markdown_cell("# T"), new_code_cell("#| default_exp x"), new_code_cell("y = 1")])
+    src = add_install_cell.install_source("https://github.com/o/r")
+    assert add_install_cell.add_install_cell(nb, src) is True
+    assert [c.cell_type for c in nb.cells] == ["markdown", "code", "code", "code"] and nb.cells[1].source == src
+    assert add_install_cell.add_install_cell(nb, src) is False  # idempotent
+    newer = add_install_cell.install_source("https://github.com/o/r2")
+    assert add_install_cell.add_install_cell(nb, newer) is True and len(nb.cells) == 4 and nb.cells[1].source == newer
+    assert '%pip install --quiet "transformerbook @ git+https://github.com/o/r2"' in newer
+    assert nb2myst.translate(nb).cells[1].source == "y = 1"  # `#| hide`: not on the site
+
+
+def test_every_chapter_installs_the_package_when_missing():
+    "Each chapter's first code cell installs the package from `[project.urls] Repository` (Colab, downloads)."
+    import add_install_cell
+    assert add_install_cell.main(["--check"]) == 0, "run `python tools/add_install_cell.py`"

@@ -129,6 +129,14 @@ def visit(page, url: str):
     return response
 
 
+# Every code block (outputs excepted) with the folded ones unfolded: its longest line, whether it scrolls sideways,
+# whether it has a copy button.
+CODE_JS = """() => {
+  document.querySelectorAll("article details").forEach(d => { d.open = true; });
+  return [...document.querySelectorAll("article div.highlight pre")].filter(p => !p.closest("div.cell_output"))
+    .map(p => ({ longest: Math.max(...p.textContent.split("\\n").map(line => line.length)),
+                 scrolls: p.scrollWidth > p.clientWidth + 1, copy: !!p.parentElement.querySelector("button.copybtn") }));
+}"""
 # What the browser reads on every page, in one pass (see `visited`).
 FACTS_JS = """() => {
   const article = document.querySelector("article");
@@ -143,6 +151,14 @@ FACTS_JS = """() => {
     bools: [...article.querySelectorAll("div.cell_output div.output")].map(o => o.innerText.trim())
       .filter(t => t === "True" || t === "False"),
     width: document.documentElement.scrollWidth,
+    imports: [...article.querySelectorAll("div.cell_input pre")].filter(p => visible(p)
+      && p.textContent.trim().split("\\n").every(l => /^(import |from |\\s|\\)|$)/.test(l))).length,
+    signatures: [...article.querySelectorAll("div.admonition.api")].filter(box => box.querySelector("pre")
+      && box.previousElementSibling && visible(box.previousElementSibling.querySelector("div.cell_input"))).length,
+    meta: article.querySelector("p.chapter-meta")?.textContent ?? null,
+    opening: [...article.querySelectorAll("p, strong")].filter(e => !article.querySelector("h2")
+        || (e.compareDocumentPosition(article.querySelector("h2")) & Node.DOCUMENT_POSITION_FOLLOWING))
+      .map(e => e.textContent).filter(t => /^(You will learn|In the package)/.test(t)).map(t => t.slice(0, 15)),
   };
 }"""
 
@@ -168,6 +184,7 @@ def visited(book, base_url, browser):
                       "has_math": 'class="math' in (out / f"{name}.html").read_text(encoding="utf-8"),
                       **page.evaluate(FACTS_JS), "errors": list(errors)}
         page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}-1400.png")  # the top (full pages take ~10 s)
+        seen[name]["code"] = page.evaluate(CODE_JS)  # unfolds the folded cells: after FACTS_JS
     page.set_viewport_size(PHONE)
     for name in pages:
         errors.clear()
@@ -228,18 +245,8 @@ def test_plot_image_is_loaded(base_url, page):
 
 
 def test_search_finds_a_word(base_url, page):
-    visit(page, f"{base_url}/search.html?q=softmax")
-    page.get_by_text("Search finished").wait_for(timeout=20_000)  # results are listed one by one, then this
-    links = page.locator("#search-results ul.search li > a")
-    assert any(SAMPLE in links.nth(i).get_attribute("href") for i in range(links.count()))
-
-
-def test_no_request_leaves_the_machine(browser, base_url, page):
-    for name in ("index", SAMPLE):
-        visit(page, f"{base_url}/{name}.html")
-    remote = [u for u in browser.requested if urlparse(u).scheme not in ("data", "blob", "file", "about")
-              and urlparse(u).hostname != "127.0.0.1"]
-    assert browser.requested and not remote, f"requests to other hosts: {remote}"
+    hrefs = [h for h, _ in search(page, base_url, "softmax")]
+    assert any(SAMPLE in h for h in hrefs)
 
 
 def test_site_works_from_file_urls(book, page):
@@ -355,3 +362,110 @@ def test_instructor_build_leaves_the_solutions_out(book, tmp_path):
         assert "exercise-start" in text and "solution-start" not in text, stem
     lettered = (tmp_path / f"{LETTERED}.ipynb").read_text(encoding="utf-8")
     assert "Multiply by two." in lettered and "return 2 * x" not in lettered
+    assert "Download the notebook" in lettered and "colab" not in lettered.lower()  # Colab would open the full copy
+    download = nbformat.read(tmp_path / build_site.DOWNLOADS / f"{LETTERED}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in download.cells)
+    assert "Multiply by two." in text and "def twice(x):\n    raise" in text and "return 2 * x" not in text
+
+
+def chapters(visited) -> list[str]:
+    return [name for name in visited if name != "index" and not name.startswith("checks/")]
+
+
+# Code blocks that may scroll sideways at 1400 px: none whose lines fit the book's 120 columns (the layout holds
+# 120 columns of 12 px code), and at most this share of all code blocks (those with longer lines; 70% scrolled
+# before the code column was widened).
+CODE_SCROLL_BUDGET = 0.20
+
+
+def test_code_fits_the_code_column_at_1400_px(visited):
+    blocks = [(name, b) for name, seen in visited.items() for b in seen["code"]]
+    scrolling = [(name, b["longest"]) for name, b in blocks if b["scrolls"]]
+    fitting = [(name, n) for name, n in scrolling if n <= 120]
+    assert not fitting, f"code of at most 120 columns scrolls at 1400 px: {fitting}"
+    share = len(scrolling) / len(blocks)
+    assert share <= CODE_SCROLL_BUDGET, (
+        f"{len(scrolling)} of {len(blocks)} code blocks ({share:.0%}) scroll at 1400 px, over the budget of "
+        f"{CODE_SCROLL_BUDGET:.0%}; lines over 120 columns: {sorted(set(scrolling))}")
+
+
+def test_no_page_is_wider_than_a_phone(visited):
+    wide = {name: seen["phone"]["width"] for name, seen in visited.items() if seen["phone"]["width"] > PHONE["width"]}
+    assert not wide, f"pages wider than {PHONE['width']} px at 400 px: {wide}"
+
+
+def test_every_code_block_has_a_copy_button(visited):
+    for name, seen in visited.items():
+        missing = sum(not b["copy"] for b in seen["code"])
+        assert not missing, f"{name}: {missing} code blocks without a copy button"
+
+
+def test_reading_path(visited):
+    """Each chapter opens with its reading time, then what the reader will learn, then the package's API list; no
+    visible code block is only imports (they are folded); API boxes under shown code do not repeat its signature."""
+    for name in chapters(visited):
+        seen = visited[name]
+        assert re.match(r"About \d+ minutes to read", seen["meta"] or ""), f"{name}: no reading time ({seen['meta']})"
+        opening = seen["opening"]  # paragraphs before the first section, starting "You will learn"/"In the package"
+        if any(t.startswith("You will learn") for t in opening):
+            assert opening[0].startswith("You will learn"), f"{name}: the API list comes before the goals"
+        assert not seen["imports"], f"{name} shows {seen['imports']} import cells unfolded"
+        assert seen["signatures"] == 0, f"{name}: {seen['signatures']} API boxes repeat the signature above them"
+
+
+def test_every_chapter_page_offers_a_runnable_copy(book, visited, base_url, page):
+    "A download of the chapter's .ipynb (the notebook itself), its file in the repository and Colab, on every chapter."
+    out, _, nbs = book
+    repo = build_site.repository_url()
+    assert repo and repo.startswith("https://github.com/")
+    for name in chapters(visited):
+        visit(page, f"{base_url}/{name}.html")
+        meta = page.locator("p.chapter-meta")
+        with page.expect_download(timeout=10_000) as info:
+            meta.locator("a.download").click()
+        assert info.value.suggested_filename == f"{name.rsplit('/', 1)[-1]}.ipynb"
+        downloaded = nbformat.read(info.value.path(), as_version=4)
+        assert downloaded.cells[0].source == nbformat.read(nbs / f"{name}.ipynb", as_version=4).cells[0].source
+        hrefs = [meta.locator("a").nth(i).get_attribute("href") for i in range(meta.locator("a").count())]
+        assert f"{repo}/blob/main/nbs/{name}.ipynb" in hrefs, f"{name}: no link to the repository's copy"
+        colab = "https://colab.research.google.com/github/" + repo.removeprefix("https://github.com/")
+        assert f"{colab}/blob/main/nbs/{name}.ipynb" in hrefs, f"{name}: no Colab link"
+
+
+def test_no_console_errors(visited):
+    for name, seen in visited.items():
+        errors = seen["errors"] + seen["phone"]["errors"]
+        assert not errors, f"{name} logged console errors: {errors}"
+
+
+def test_no_request_leaves_the_site(visited, browser):
+    "Every page at both widths loaded only from the site (no CDN, fonts, analytics)."
+    remote = {u for u in browser.requested if urlparse(u).scheme not in ("data", "blob", "file", "about")
+              and urlparse(u).hostname != "127.0.0.1"}
+    assert browser.requested and not remote, f"requests to other hosts: {sorted(remote)}"
+
+
+def search(page, base_url, query: str) -> list[tuple[str, str]]:
+    "The (href, snippet) of each result of the site's search for `query`, best first."
+    visit(page, f"{base_url}/search.html?q={query}")
+    page.get_by_text("Search finished").wait_for(timeout=30_000)  # results are listed one by one, then this
+    items = page.locator("#search-results ul.search li")
+    return [(items.nth(i).locator("a").first.get_attribute("href"), items.nth(i).inner_text())
+            for i in range(items.count())]
+
+
+def test_search_ranks_the_chapter_first_without_tex_in_snippets(base_url, page):
+    results = search(page, base_url, "nucleus")
+    assert results and results[0][0].split("#")[0] == "07_sampling.html", [h for h, _ in results]
+    results = search(page, base_url, "KV cache")
+    hrefs = [h for h, _ in results]
+    assert hrefs[0] == "07_sampling.html#the-kv-cache", hrefs
+    below = [i for i, h in enumerate(hrefs) if h.startswith(("checks/", "index.html"))]
+    assert all(i > 1 for i in below), f"a checker page or the contents page ranks near the top: {hrefs}"
+    snippets = " ".join(text for _, text in results)
+    assert "\\(" not in snippets and "\\[" not in snippets, "raw TeX in search snippets"
+
+
+def test_home_page_says_snippets_need_a_server(base_url, page):
+    visit(page, f"{base_url}/index.html")
+    assert "make serve" in page.locator("article div.admonition.note").inner_text()
