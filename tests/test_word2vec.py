@@ -67,3 +67,12 @@ def test_checker_accepts_reference_and_names_each_mistake(capsys):
         v = model.center(c)
         return -(F.logsigmoid((model.context(o) * v).sum(-1)) + F.logsigmoid(-(model.context(n) * v[:, None]).sum(-1)).mean(-1)).mean()
     with pytest.raises(AssertionError, match="summed over the K words"): check_negative_sampling_loss(mean_of_noise)
+
+
+def test_pair_count_checker():
+    from transformerbook.checks.word2vec import check_pair_count
+    assert check_pair_count(lambda T, c: 2 * c * T - c * (c + 1)) is True
+    with pytest.raises(AssertionError, match="cut off"): check_pair_count(lambda T, c: 2 * c * T)
+    with pytest.raises(AssertionError, match="counts twice"): check_pair_count(lambda T, c: c * T - c * (c + 1) // 2)
+    with pytest.raises(AssertionError, match="not T - c"): check_pair_count(lambda T, c: 2 * c * (T - c))
+    with pytest.raises(AssertionError, match="both directions"): check_pair_count(lambda T, c: T)

@@ -1,6 +1,6 @@
-"""`check_negative_sampling_loss`, used in the chapter "Word embeddings: skip-gram".
+"""`check_negative_sampling_loss` and `check_pair_count`, used in the chapter "Word embeddings: skip-gram".
 
-**In the package** (`transformerbook.checks.word2vec`): `check_negative_sampling_loss` takes your loss function,
+**In the package** (`transformerbook.checks.word2vec`): `check_negative_sampling_loss` takes your loss function (Exercise 5b.1; `check_pair_count` checks Exercise 5b.2's formula),
 runs it on a seeded `SkipGram` model, and prints PASS, prints NOT YET while it still raises
 `NotImplementedError`, or raises an `AssertionError` naming the likely mistake.
 
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
 
 # %% auto #0
-__all__ = ['META_CASES', 'check_negative_sampling_loss']
+__all__ = ['META_CASES', 'check_negative_sampling_loss', 'check_pair_count']
 
 # %% ../../nbs/checks/05b_word2vec.ipynb #84c0108a
 def _case(seed: int = 0):
@@ -75,10 +75,34 @@ def _ns_one_table(model, c, o, n):
     v = model.center(c)
     return -(F.logsigmoid((model.center(o) * v).sum(-1)) + F.logsigmoid(-(model.center(n) * v[:, None]).sum(-1)).sum(-1)).mean()
 
+# %% ../../nbs/checks/05b_word2vec.ipynb #ef4bfbb8
+@checker("Exercise 5b.2 — how many skip-gram pairs")
+def check_pair_count(fn: Callable, # fn(T, c) -> int, pairs of a T-word text with window c (c < T)
+                    ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
+    "Check `fn(T, c)` against the number of pairs `skipgram_pairs` actually returns, for several T and c."
+    from transformerbook.word2vec import skipgram_pairs
+    for T, c in ((2, 1), (10, 1), (10, 3), (57, 5), (100, 10)):
+        expected = len(skipgram_pairs(torch.arange(T), c)[0])
+        got = call_learner(fn, T, c, what=f"fn(T={T}, c={c})")
+        if got == expected: continue
+        hints = {2 * c * T: "near the ends of the text a window is cut off: skip j has only T - j positions.",
+                 c * T - c * (c + 1) // 2: "each skip j counts twice, once as +j and once as -j.",
+                 2 * c * (T - c): "skip j has T - j positions, not T - c: only the largest skip loses c."}
+        raise AssertionError(f"fn(T={T}, c={c}) = {got}, but skipgram_pairs gives {expected} pairs. "
+                             f"Hint: {hints.get(got, 'count the pairs for each skip j = 1..c, both directions.')}")
+
+# %% ../../nbs/checks/05b_word2vec.ipynb #9713d2d7
+def _pairs_ref(T, c): return 2 * c * T - c * (c + 1)
+def _pairs_no_edges(T, c): return 2 * c * T
+def _pairs_one_direction(T, c): return c * T - c * (c + 1) // 2
+
 # %% ../../nbs/checks/05b_word2vec.ipynb #600e55a7
 META_CASES = [
     MetaCase(check_negative_sampling_loss, reference=_ns_reference,
              wrong={"flipped noise sign": _ns_flipped, "sum over pairs": _ns_sum, "one table": _ns_one_table},
              hints={"flipped noise sign": "NEGATIVE dot product", "sum over pairs": "MEAN over the pairs",
                     "one table": "two tables"}),
+    MetaCase(check_pair_count, reference=_pairs_ref,
+             wrong={"ignores the ends": _pairs_no_edges, "one direction": _pairs_one_direction},
+             hints={"ignores the ends": "cut off", "one direction": "counts twice"}),
 ]
