@@ -19,6 +19,7 @@ Modules:
 - `transformerbook.checks.scaling`: The checkers behind the exercises of "Scaling laws": the compute of a training run, spending a budget compute-optimally, and fitting a power law in log space.
 - `transformerbook.checks.tokenization`: Checks for one BPE merge step, BPE training and byte-level decoding; each is tested against known mistakes.
 - `transformerbook.checks.training`: The checkers behind the exercises of "Training a GPT": the language-model loss with padding, packing documents into context windows, and the warm-up + cosine learning-rate schedule.
+- `transformerbook.checks.word2vec`: `check_negative_sampling_loss` and `check_pair_count`, used in the chapter "Word embeddings: skip-gram".
 - `transformerbook.cli`: `transformerbook train`, `sample` and `prepare`: train a GPT on TinyShakespeare or your own corpus with a progress bar and checkpoints, on one device or many processes, resume it, and generate text from a checkpoint.
 - `transformerbook.data`: Where the book's real inputs come from, how they are verified and cached, and how to work offline.
 - `transformerbook.embeddings`: Token embeddings as row selection from E, learned and sinusoidal position embeddings, and what the geometry of embedding space encodes (J&M 10.5; notes 19.2; 6.390 11.1).
@@ -34,6 +35,7 @@ Modules:
 - `transformerbook.scaling`: How loss falls with parameters, data and compute: counting N and FLOPs exactly, Kaplan's and Chinchilla's power laws, compute-optimal allocation, and fitting the laws from scratch (J&M 10.9.3; notes 19.5).
 - `transformerbook.tokenization`: From words and characters to byte-pair encoding: how text becomes token ids (notes 19.2.1; CS182 tokenization).
 - `transformerbook.training`: From the chain rule of probability to a trained character-level Shakespeare model: the cross-entropy loss, teacher forcing, batching and packing, AdamW with warm-up and cosine decay, checkpoints that resume exactly (J&M 10.9).
-- `transformerbook.validation`: The symbols, shape letters, tensor names and mask convention used throughout the book, how they map onto the textbooks' and the libraries' names, and the checks every module runs on its arguments."""
+- `transformerbook.validation`: The symbols, shape letters, tensor names and mask convention used throughout the book, how they map onto the textbooks' and the libraries' names, and the checks every module runs on its arguments.
+- `transformerbook.word2vec`: Learning word vectors from co-occurrence: the skip-gram objective and its softmax (MIT 6.390 eqs. 11.3–11.5), negative sampling as the approximation that makes it cheap, and nearest neighbours on TinyShakespeare."""
 
 __version__ = "0.1.0"
