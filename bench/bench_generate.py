@@ -29,14 +29,16 @@ from transformerbook.sampling import generate, kv_cache_bytes
 NEW_TOKENS = (64, 256, 512)
 
 
-def best_time(fn, repeats: int) -> float:
-    "Smallest wall-clock time of `repeats` calls, in seconds (the least disturbed by other processes)."
-    times = []
+def best_times(fns: dict, repeats: int) -> dict:
+    """Smallest wall-clock time of each callable over `repeats` rounds, in seconds. The callables take turns within a
+    round, so a change in the machine's load affects all of them alike instead of whichever ran during it."""
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: min(ts) for name, ts in times.items()}
 
 
 def build_models(kind: str, seed: int = 0) -> tuple[torch.nn.Module, GPT, GPT]:
@@ -71,7 +73,7 @@ def kv_bytes_check(model: GPT) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for a model this small)")
-    parser.add_argument("--repeats", type=int, default=2, help="timed runs per measurement; the best is kept")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (all contenders in turn); the best is kept")
     parser.add_argument("--models", nargs="+", default=["gpt2", "llama"], choices=["gpt2", "llama"])
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top operators for 64 tokens")
     args = parser.parse_args()
@@ -97,10 +99,11 @@ def main() -> None:
             with torch.no_grad():
                 same = torch.equal(generate(ours, prompt, n, temperature=0), hf_gen(n)) and \
                        torch.equal(generate(fused, prompt, n, temperature=0), hf_gen(n))
-            t_ours = best_time(lambda: generate(ours, prompt, n, temperature=0), args.repeats)
-            t_fused = best_time(lambda: generate(fused, prompt, n, temperature=0), args.repeats)
-            t_plain = best_time(lambda: generate(ours, prompt, n, temperature=0, use_kv_cache=False), args.repeats)
-            t_hf = best_time(lambda: hf_gen(n), args.repeats)
+            t = best_times({"ours": lambda: generate(ours, prompt, n, temperature=0),
+                            "fused": lambda: generate(fused, prompt, n, temperature=0),
+                            "plain": lambda: generate(ours, prompt, n, temperature=0, use_kv_cache=False),
+                            "hf": lambda: hf_gen(n)}, args.repeats)
+            t_ours, t_fused, t_plain, t_hf = t["ours"], t["fused"], t["plain"], t["hf"]
             print(f"{n:>10} | {n / t_ours:>10.0f} | {n / t_fused:>11.0f} | {t_plain / t_ours:>13.1f}x | {n / t_hf:>9.0f} | "
                   f"{t_hf / t_ours:>8.2f}x | {t_hf / t_fused:>9.2f}x | {same}")
 

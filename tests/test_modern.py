@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 

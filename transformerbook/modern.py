@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 
-import torch
 from torch import Tensor
 
 from .lm_head import GPT, GPTConfig
