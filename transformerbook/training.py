@@ -105,7 +105,12 @@ def get_batch(data: Tensor | np.ndarray, # (N,) integer token ids of a whole spl
     return windows[:, :-1], windows[:, 1:]  # token_ids, targets: (B, T) each
 
 def _window(data, start: int, length: int) -> Tensor:
-    "`data[start:start+length]` as int64; from a numpy array (a memmap) only these tokens are read."
+    """`data[start:start+length]` as int64. From a `numpy.memmap` the window is read from its file with one
+    positioned read: reading through the mapping would leave the touched pages (and their neighbours, which the
+    kernel maps along) in the process's resident memory, which then creeps up towards the file's size."""
+    if isinstance(data, np.memmap) and isinstance(data.filename, str):
+        offset = data.offset + start * data.itemsize
+        return torch.from_numpy(np.fromfile(data.filename, dtype=data.dtype, count=length, offset=offset).astype(np.int64))
     w = data[start:start + length]
     return torch.from_numpy(w.astype(np.int64)) if isinstance(w, np.ndarray) else w.long()
 
@@ -222,7 +227,7 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
                             bar.update(n)
                             yield chunk
                     ids = tok.encode_iterable(chunks())
-                    while batch := list(itertools.islice(ids, 1 << 20)): write(split, batch)
+                    while batch := list(itertools.islice(ids, 1 << 16)): write(split, batch)
                     if split == "train" and train_left[0] > 0: break  # the file ended before the split point
                 if isinstance(tok, GPT2Tokenizer): write("train" if train_left[0] > 0 else "val", [tok.eos_token_id])
     finally:
