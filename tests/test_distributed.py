@@ -75,7 +75,7 @@ def _batch_error_worker(rank, world, tmp):
 
 def test_a_batch_the_world_size_does_not_divide_is_an_error(tmp_path):
     mp.start_processes(_batch_error_worker, args=(2, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
-    assert "batch_size=7 is not divisible by the number of processes (2)" in (tmp_path/"err0.txt").read_text()
+    assert "batch_size=7 is not divisible into 2 process(es) x grad_accum_steps=1" in (tmp_path/"err0.txt").read_text()
 
 
 def _torchrun(*args, **kw):

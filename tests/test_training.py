@@ -457,7 +457,7 @@ def test_gradient_accumulation_equals_the_large_batch(tmp_path, accum):
     # atol: k_proj.bias has a zero gradient in exact arithmetic (softmax ignores a constant per row), so float noise of
     # either summation order is all AdamW sees there; 1e-5 is still 300x below one step's size (lr = 3e-3)
     torch.testing.assert_close(_weights(tmp_path/"sliced"), _weights(tmp_path/"big"), rtol=1e-4, atol=1e-5)
-    with pytest.raises(ValueError, match="batch_size=8 is not divisible by the number of processes \\(3\\)"):
+    with pytest.raises(ValueError, match=r"batch_size=8 is not divisible into 1 process\(es\) x grad_accum_steps=3"):
         _run({"grad_accum_steps": 3})
 
 

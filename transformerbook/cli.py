@@ -26,7 +26,7 @@ from .data import DataUnavailableError, ChecksumError, train_val_split
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, GPT2Tokenizer
 from .training import (CHECKPOINT_NAME, DATASETS, DTYPES, PREPARED_META, PRESETS, RESUMABLE,
-                                      CheckpointError, TrainConfig, TrainingDivergedError, bits_per_byte,
+                                      CheckpointError, TrainConfig, TrainingDivergedError, bits_per_byte, check_batch_split,
                                       checkpoint_file, load_checkpoint, load_dataset, load_model, load_prepared,
                                       outside_reference, prepare_data, preset_configs, resolve_device, resume_config,
                                       setup_distributed, train)
@@ -173,6 +173,7 @@ def _train(args) -> int:
         if len(ids) <= model_cfg.context_length:
             raise ValueError(f"the {name} split has {len(ids)} tokens; it needs more than "
                              f"context_length={model_cfg.context_length}")
+    check_batch_split(train_cfg.batch_size, world, train_cfg.grad_accum_steps)
     torch.manual_seed(train_cfg.seed)
     model = GPT(model_cfg).to(device)
     log = (lambda msg: tqdm.write(msg, file=sys.stderr)) if rank == 0 else (lambda msg: None)
