@@ -236,3 +236,14 @@ def test_each_evaluation_is_compared_with_the_reference_band(tmp_path, corpus, m
     notes = [line for line in err.splitlines() if "reference band" in line]
     assert notes and all(line.startswith("note: step ") for line in notes)
     assert "above the baby-gpt-char reference band [0.400, 0.600]" in notes[0] and "settings differ" in notes[0]
+
+
+def test_a_shorter_run_is_not_the_preset(tmp_path, monkeypatch):
+    "--max-iters changes the schedule, so leaving the band is expected and the note says so."
+    import transformerbook.training as training
+    monkeypatch.setattr(training, "reference_band",
+                        lambda preset, step: {"median": 9.5, "low": 9.4, "high": 9.6, "n_seeds": 3})
+    status, _, err = run("train", "--out", tmp_path/"run", "--max-iters", 2, "--eval-interval", 2, "--eval-iters", 1,
+                         "--no-progress")
+    assert status == 0, err
+    assert "below the baby-gpt-char reference band" in err and "settings differ" in err

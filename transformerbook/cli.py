@@ -181,7 +181,8 @@ def _train(args) -> int:
         f"{device}, {train_cfg.dtype}{', compiled' if train_cfg.compile else ''}"
         f"{f', {world} processes' if world > 1 else ''}; {'resuming' if args.resume else 'writing'} {ckpt_path}")
     same = (args.data == "tinyshakespeare" and not model_given and args.tokenizer in (None, tokenizer)
-            and all(getattr(args, n) is None for n in _TRAIN_OPTIONS if n not in RESUMABLE))
+            and all(getattr(args, n) is None for n in _TRAIN_OPTIONS if n not in ("eval_interval", "eval_iters",
+                                                                                     "grad_accum_steps")))
     bpb = lambda loss, split: bits_per_byte(loss, 1, bytes_per_token[split == "val"])
     def on_eval(step, losses):
         log(f"step {step}: train loss {losses['train']:.4f} ({bpb(losses['train'], 'train'):.3f} bits/byte), "
