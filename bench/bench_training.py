@@ -32,7 +32,8 @@ class HFPeer(nn.Module):
             n_layer=config.n_layers, n_head=config.n_heads, n_inner=config.d_ff, activation_function="gelu_new",
             resid_pdrop=config.dropout, embd_pdrop=config.dropout, attn_pdrop=config.dropout,
             layer_norm_epsilon=config.layer_norm_eps, tie_word_embeddings=config.tie_weights,
-            bos_token_id=None, eos_token_id=None))  # GPT-2's 50256 is outside a character vocabulary
+            bos_token_id=None, eos_token_id=None,  # GPT-2's 50256 is outside a character vocabulary
+            attn_implementation="sdpa"))  # torch's fused attention, like the book's fused path
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V)
         return self.hf(token_ids).logits

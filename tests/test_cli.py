@@ -187,3 +187,69 @@ def test_console_script(tmp_path, trained):
     res = subprocess.run([exe, "train", "--out", tmp_path/"o", "--batch-size", "0"], capture_output=True, text=True,
                          env=env, timeout=300)
     assert res.returncode == 2 and res.stderr == "error: batch_size=0 must be an int >= 1\n"
+
+
+# ---------------------------------------------------------------- issue 12: short runs, checkpoint files, execution, data
+_W = TINY.index("--warmup-iters")
+SHORT_TINY = TINY[:_W] + TINY[_W + 2:]  # keep the default 100-step warm-up
+
+
+def test_max_iters_40_shortens_the_warmup(tmp_path, corpus):
+    status, out, err = run("train", "--data", corpus, "--out", tmp_path/"quick", "--max-iters", 40, *SHORT_TINY)
+    assert status == 0, err
+    assert "warm-up shortened from 100 to 4 steps" in err and "lr_decay_iters" not in err
+    assert load_checkpoint(tmp_path/"quick")["train_config"]["warmup_iters"] == 4
+
+
+def test_sample_from_a_checkpoint_file_with_any_name(tmp_path, trained):
+    (tmp_path/"model.ckpt").write_bytes((trained/"ckpt.pt").read_bytes())
+    status, out, err = run("sample", "--checkpoint", tmp_path/"model.ckpt", "--prompt", "Thou", "--max-new-tokens", 5)
+    assert status == 0 and out.startswith("Thou"), err
+
+
+def test_execution_options_train_and_resume(tmp_path, corpus):
+    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"x", "--max-iters", 4, *TINY, "--device", "cpu",
+                         "--dtype", "bfloat16", "--grad-accum-steps", 2)
+    assert status == 0, err
+    cfg = load_checkpoint(tmp_path/"x")["train_config"]
+    assert (cfg["dtype"], cfg["grad_accum_steps"]) == ("bfloat16", 2)
+    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"x", "--resume", "--max-iters", 6, "--no-progress",
+                         "--dtype", "float32", "--grad-accum-steps", 1)  # execution settings may change on resume
+    assert status == 0, err
+    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"y", *TINY, "--grad-accum-steps", 3)
+    assert status == 2 and err.startswith("error: batch_size=4 is not divisible into 1 process(es) x grad_accum_steps=3")
+    assert err.count("\n") == 1
+    status, _, err = run("train", "--out", tmp_path/"z", "--device", "tpu")
+    assert status == 2 and "device='tpu' must be auto, cpu, cuda or mps" in err
+
+
+def test_prepare_then_train_from_the_folder(tmp_path, corpus):
+    status, out, err = run("prepare", "--data", corpus, "--out", tmp_path/"prepared", "--no-progress")
+    assert status == 0 and "transformerbook train --data" in out, err
+    status, out, err = run("train", "--data", tmp_path/"prepared", "--out", tmp_path/"run", "--max-iters", 4, *TINY)
+    assert status == 0, err
+    assert "bits/byte" in out and "bits/byte" in err
+    status, _, err = run("train", "--data", tmp_path/"prepared", "--tokenizer", "gpt2", "--out", tmp_path/"r2", *TINY)
+    assert status == 2 and "was prepared with --tokenizer char" in err
+
+
+def test_each_evaluation_is_compared_with_the_reference_band(tmp_path, corpus, monkeypatch):
+    import transformerbook.training as training
+    monkeypatch.setattr(training, "reference_band",
+                        lambda preset, step: {"median": 0.5, "low": 0.4, "high": 0.6, "n_seeds": 3})
+    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"run", "--max-iters", 5, *TINY)
+    assert status == 0, err
+    notes = [line for line in err.splitlines() if "reference band" in line]
+    assert notes and all(line.startswith("note: step ") for line in notes)
+    assert "above the baby-gpt-char reference band [0.400, 0.600]" in notes[0] and "settings differ" in notes[0]
+
+
+def test_a_shorter_run_is_not_the_preset(tmp_path, monkeypatch):
+    "--max-iters changes the schedule, so leaving the band is expected and the note says so."
+    import transformerbook.training as training
+    monkeypatch.setattr(training, "reference_band",
+                        lambda preset, step: {"median": 9.5, "low": 9.4, "high": 9.6, "n_seeds": 3})
+    status, _, err = run("train", "--out", tmp_path/"run", "--max-iters", 2, "--eval-interval", 2, "--eval-iters", 1,
+                         "--no-progress")
+    assert status == 0, err
+    assert "below the baby-gpt-char reference band" in err and "settings differ" in err

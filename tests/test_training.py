@@ -458,7 +458,7 @@ def test_gradient_accumulation_equals_the_large_batch(tmp_path, accum):
     # atol: k_proj.bias has a zero gradient in exact arithmetic (softmax ignores a constant per row), so float noise of
     # either summation order is all AdamW sees there; 1e-5 is still 300x below one step's size (lr = 3e-3)
     torch.testing.assert_close(_weights(tmp_path/"sliced"), _weights(tmp_path/"big"), rtol=1e-4, atol=1e-5)
-    with pytest.raises(ValueError, match="batch_size=8 is not divisible by the number of processes \\(3\\)"):
+    with pytest.raises(ValueError, match=r"batch_size=8 is not divisible into 1 process\(es\) x grad_accum_steps=3"):
         _run({"grad_accum_steps": 3})
 
 
@@ -475,27 +475,32 @@ def test_autocast_on_cpu_trains_and_resumes_exactly(tmp_path, dtype):
 
 
 def test_float16_scaler_skips_an_overflowing_step():
-    "The scaler's reason to exist: a float16 gradient that overflows makes it skip the step and lower the scale."
+    "The scaler's other half: a scaled gradient that overflows makes it skip the step and halve the scale."
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
     before = model.weight.detach().clone()
-    (model(torch.ones(1, 2)).sum() * 1e35).backward()  # * 2^16 overflows float32 too: inf gradients
-    scaler.scale(torch.zeros(())).requires_grad_()  # (the scaler only needs to have been used once)
-    model.weight.grad *= scaler.get_scale()
+    scaler.scale(model(torch.full((1, 2), 1e35)).sum()).backward()  # 1e35 * 2^16 overflows: an inf gradient
     scaler.step(opt)
     scaler.update()
-    assert torch.equal(model.weight.detach(), before) and scaler.get_scale() < 2.0 ** 16
+    assert torch.equal(model.weight.detach(), before) and scaler.get_scale() == 2.0 ** 15
 
 
-def test_compiled_step_matches_eager():
-    pytest.importorskip("torch._inductor")
+def test_compiled_step_matches_eager(tmp_path, monkeypatch):
+    """compile=True sends the step through torch.compile and still saves plain weights. Dynamo's "eager" backend keeps
+    the test fast (inductor's C++ build takes over a minute on two cores; bench/bench_training.py times the real one)."""
+    from transformerbook import training
+    calls, real_compile = [], torch.compile
+    def compile_eager(model, **kw):
+        calls.append(model)
+        return real_compile(model, backend="eager", **kw)
+    monkeypatch.setattr(training.torch, "compile", compile_eager)
     eager = _run({"max_iters": 2, "eval_interval": 2})
-    try:
-        compiled = _run({"max_iters": 2, "eval_interval": 2, "compile": True})
-    except Exception as e:  # no C++ compiler for inductor's CPU kernels
-        pytest.skip(f"torch.compile cannot build CPU kernels here: {type(e).__name__}: {str(e)[:200]}")
-    torch.testing.assert_close(torch.tensor(compiled.iter_loss), torch.tensor(eager.iter_loss), rtol=1e-4, atol=1e-5)
+    compiled = _run({"max_iters": 2, "eval_interval": 2, "compile": True}, tmp_path)
+    monkeypatch.undo()
+    assert len(calls) == 1
+    torch.testing.assert_close(torch.tensor(compiled.iter_loss), torch.tensor(eager.iter_loss), rtol=1e-5, atol=0)
+    assert not any(k.startswith("_orig_mod") for k in load_checkpoint(tmp_path)["model"])
 
 
 def test_resolve_device():

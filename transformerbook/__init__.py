@@ -16,6 +16,7 @@ Modules:
 - `transformerbook.checks.moe`: `check_top_k_gate`, `check_load_balancing_loss` and `check_moe_dispatch`, used in the chapter "Mixture of Experts".
 - `transformerbook.checks.multihead`: Checkers for Chapter 3's exercises: splitting and merging heads, a multi-head attention class, and loading weights from `torch.nn.MultiheadAttention`.
 - `transformerbook.checks.sampling`: The checkers behind the exercises of "Sampling and generation": temperature, top-k and top-p filters, appending to a KV cache, and the chance that pure sampling wanders into the tail.
+- `transformerbook.checks.scale`: The checkers behind the exercises of "Training at scale": accumulating a gradient over slices, each rank's share of a global batch, and the memory of sharded Adam.
 - `transformerbook.checks.scaling`: The checkers behind the exercises of "Scaling laws": the compute of a training run, spending a budget compute-optimally, and fitting a power law in log space.
 - `transformerbook.checks.tokenization`: Checks for one BPE merge step, BPE training and byte-level decoding; each is tested against known mistakes.
 - `transformerbook.checks.training`: The checkers behind the exercises of "Training a GPT": the language-model loss with padding, packing documents into context windows, and the warm-up + cosine learning-rate schedule.
@@ -32,6 +33,7 @@ Modules:
 - `transformerbook.multihead`: Several attention heads side by side, each with its own projections, concatenated and mixed by W_O (J&M 10.2).
 - `transformerbook.pretrained`: Hugging Face GPT-2 checkpoints in the book's GPT: the configuration map, the tensor map, and reading a checkpoint folder.
 - `transformerbook.sampling`: Decoding methods (greedy, random, top-k, top-p, temperature), a batched `generate` with a KV cache, and language models as task solvers (J&M 10.7–10.8).
+- `transformerbook.scale`: Where a training step's time goes and how to make it go further: tokens/s and MFU, mixed precision, `torch.compile`, gradient accumulation, data parallelism with torchrun, sharded optimizer states, and whether a loss curve is normal.
 - `transformerbook.scaling`: How loss falls with parameters, data and compute: counting N and FLOPs exactly, Kaplan's and Chinchilla's power laws, compute-optimal allocation, and fitting the laws from scratch (J&M 10.9.3; notes 19.5).
 - `transformerbook.tokenization`: From words and characters to byte-pair encoding: how text becomes token ids (notes 19.2.1; CS182 tokenization).
 - `transformerbook.training`: From the chain rule of probability to a trained character-level Shakespeare model: the cross-entropy loss, teacher forcing, batching and packing, AdamW with warm-up and cosine decay, checkpoints that resume exactly (J&M 10.9).

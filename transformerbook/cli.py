@@ -26,7 +26,7 @@ from .data import DataUnavailableError, ChecksumError, train_val_split
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, GPT2Tokenizer
 from .training import (CHECKPOINT_NAME, DATASETS, DTYPES, PREPARED_META, PRESETS, RESUMABLE,
-                                      CheckpointError, TrainConfig, TrainingDivergedError, bits_per_byte,
+                                      CheckpointError, TrainConfig, TrainingDivergedError, bits_per_byte, check_batch_split,
                                       checkpoint_file, load_checkpoint, load_dataset, load_model, load_prepared,
                                       outside_reference, prepare_data, preset_configs, resolve_device, resume_config,
                                       setup_distributed, train)
@@ -173,6 +173,7 @@ def _train(args) -> int:
         if len(ids) <= model_cfg.context_length:
             raise ValueError(f"the {name} split has {len(ids)} tokens; it needs more than "
                              f"context_length={model_cfg.context_length}")
+    check_batch_split(train_cfg.batch_size, world, train_cfg.grad_accum_steps)
     torch.manual_seed(train_cfg.seed)
     model = GPT(model_cfg).to(device)
     log = (lambda msg: tqdm.write(msg, file=sys.stderr)) if rank == 0 else (lambda msg: None)
@@ -180,7 +181,8 @@ def _train(args) -> int:
         f"{device}, {train_cfg.dtype}{', compiled' if train_cfg.compile else ''}"
         f"{f', {world} processes' if world > 1 else ''}; {'resuming' if args.resume else 'writing'} {ckpt_path}")
     same = (args.data == "tinyshakespeare" and not model_given and args.tokenizer in (None, tokenizer)
-            and all(getattr(args, n) is None for n in _TRAIN_OPTIONS if n not in RESUMABLE))
+            and all(getattr(args, n) is None for n in _TRAIN_OPTIONS if n not in ("eval_interval", "eval_iters",
+                                                                                     "grad_accum_steps")))
     bpb = lambda loss, split: bits_per_byte(loss, 1, bytes_per_token[split == "val"])
     def on_eval(step, losses):
         log(f"step {step}: train loss {losses['train']:.4f} ({bpb(losses['train'], 'train'):.3f} bits/byte), "

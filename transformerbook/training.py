@@ -9,8 +9,8 @@ every evaluation) and returns a `TrainHistory`; a new run's settings come from `
 `TrainingDivergedError`; an unusable checkpoint raises `CheckpointError`. Data: `load_dataset` (the names in
 `DATASETS`), `prepare_data` / `load_prepared` for a corpus of any size in memory-mapped token files (`PREPARED_META`),
 `get_batch` for (B, T) windows, `pack_documents` for `<|endoftext|>`-separated documents, and `cross_entropy_loss`
-written from scratch. Execution (chapter 08b): `DTYPES` for mixed precision, `resolve_device`, `setup_distributed`
-and `batch_slice` for data parallelism under torchrun. Recipes: `baby_gpt_configs()` (nanoGPT's CPU recipe),
+written from scratch. Execution (chapter 08b): `DTYPES` for mixed precision, `resolve_device`, `setup_distributed`,
+`batch_slice` and `check_batch_split` for data parallelism under torchrun. Recipes: `baby_gpt_configs()` (nanoGPT's CPU recipe),
 `preset_configs` (the `PRESETS`), `reference_band` / `outside_reference` (is my loss normal?), `bits_per_byte`;
 `shakespeare_model()` is a cached model trained with the baby GPT recipe and `cached_run(prefix, model_cfg,
 train_cfg, tokenizer, key_extra)` trains any GPT on TinyShakespeare once and caches it.
@@ -53,9 +53,9 @@ __all__ = ['DATASETS', 'PREPARED_META', 'DTYPES', 'CHECKPOINT_NAME', 'CHECKPOINT
            'PRESETS', 'cross_entropy_loss', 'get_batch', 'pack_documents', 'load_dataset', 'prepare_data',
            'load_prepared', 'TrainConfig', 'lr_at', 'configure_optimizer', 'estimate_loss', 'CheckpointError',
            'TrainingDivergedError', 'checkpoint_file', 'TrainHistory', 'save_checkpoint', 'load_checkpoint',
-           'load_model', 'resume_config', 'new_run_config', 'batch_slice', 'train', 'resolve_device',
-           'setup_distributed', 'baby_gpt_configs', 'preset_configs', 'bits_per_byte', 'reference_band',
-           'outside_reference', 'shakespeare_model', 'cached_run']
+           'load_model', 'resume_config', 'new_run_config', 'batch_slice', 'check_batch_split', 'train',
+           'resolve_device', 'setup_distributed', 'baby_gpt_configs', 'preset_configs', 'bits_per_byte',
+           'reference_band', 'outside_reference', 'shakespeare_model', 'cached_run']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
 def _is_integer_tensor(x) -> bool:
@@ -105,7 +105,12 @@ def get_batch(data: Tensor | np.ndarray, # (N,) integer token ids of a whole spl
     return windows[:, :-1], windows[:, 1:]  # token_ids, targets: (B, T) each
 
 def _window(data, start: int, length: int) -> Tensor:
-    "`data[start:start+length]` as int64; from a numpy array (a memmap) only these tokens are read."
+    """`data[start:start+length]` as int64. From a `numpy.memmap` the window is read from its file with one
+    positioned read: reading through the mapping would leave the touched pages (and their neighbours, which the
+    kernel maps along) in the process's resident memory, which then creeps up towards the file's size."""
+    if isinstance(data, np.memmap) and isinstance(data.filename, str):
+        offset = data.offset + start * data.itemsize
+        return torch.from_numpy(np.fromfile(data.filename, dtype=data.dtype, count=length, offset=offset).astype(np.int64))
     w = data[start:start + length]
     return torch.from_numpy(w.astype(np.int64)) if isinstance(w, np.ndarray) else w.long()
 
@@ -222,7 +227,7 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
                             bar.update(n)
                             yield chunk
                     ids = tok.encode_iterable(chunks())
-                    while batch := list(itertools.islice(ids, 1 << 20)): write(split, batch)
+                    while batch := list(itertools.islice(ids, 1 << 16)): write(split, batch)
                     if split == "train" and train_left[0] > 0: break  # the file ended before the split point
                 if isinstance(tok, GPT2Tokenizer): write("train" if train_left[0] > 0 else "val", [tok.eos_token_id])
     finally:
@@ -557,6 +562,13 @@ def batch_slice(batch_size: int, # B, the windows of one optimizer step (all ran
     per_rank = batch_size // world_size
     return slice(rank * per_rank, (rank + 1) * per_rank)
 
+def check_batch_split(batch_size: int, world_size: int, grad_accum_steps: int) -> None:
+    "`ValueError` unless the batch splits evenly into `world_size` processes x `grad_accum_steps` slices."
+    if batch_size % (world_size * grad_accum_steps):
+        raise ValueError(f"batch_size={batch_size} is not divisible into {world_size} process(es) x "
+                         f"grad_accum_steps={grad_accum_steps} equal slices; choose a multiple of "
+                         f"{world_size * grad_accum_steps}")
+
 # %% ../nbs/08_training.ipynb #3e4c3d51
 def train(model: GPT, # trained in place (on its own device)
           train_data: Tensor | np.ndarray, # (N,) integer token ids (a tensor, or a `numpy.memmap` of a token file)
@@ -596,7 +608,8 @@ def train(model: GPT, # trained in place (on its own device)
     else:
         train_cfg, notes = new_run_config(train_cfg)
         for note in notes if rank == 0 else []: print(f"note: {note}", file=sys.stderr)
-    micro = batch_slice(train_cfg.batch_size, 0, world * train_cfg.grad_accum_steps).stop  # windows per forward pass
+    check_batch_split(train_cfg.batch_size, world, train_cfg.grad_accum_steps)
+    micro = train_cfg.batch_size // (world * train_cfg.grad_accum_steps)  # windows per forward pass
     device = next(model.parameters()).device
     optimizer = configure_optimizer(model, train_cfg)
     scaler = torch.amp.GradScaler(device.type, enabled=train_cfg.dtype == "float16")

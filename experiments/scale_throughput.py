@@ -1,0 +1,89 @@
+"""Tokens/s and MFU of the baby GPT's training step on this machine: float32, bfloat16 autocast, torch.compile, and
+1 vs 2 data-parallel processes (gloo). Writes `transformerbook/results/scale_throughput.json` (chapter 08b's table).
+
+Each setting runs `training.train` for `--steps` steps and times every step (between successive batch draws); the
+median step time after `--skip` steps (compilation, warm-up) gives tokens/s, robust to other jobs on a shared machine.
+MFU is relative to the best float32 matmul rate measured here (the same contention applies to both).
+
+    python experiments/scale_throughput.py --steps 40 --skip 10
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from transformerbook.data import RESULTS_DIR
+from transformerbook.lm_head import GPT
+from transformerbook.scale import matmul_peak_flops, mfu, model_flops_per_token
+from transformerbook.training import baby_gpt_configs, get_batch, load_dataset, train
+
+NAME = "scale_throughput"
+
+
+def step_times(steps: int, **overrides) -> list:
+    "Seconds of each training step: the time between successive batch draws."
+    model_cfg, train_cfg = baby_gpt_configs(max_iters=steps, eval_interval=steps, eval_iters=1, **overrides)
+    _, train_ids, val_ids = load_dataset("tinyshakespeare", "char")
+    stamps = []
+    def timed_batch(*a):
+        stamps.append(time.perf_counter())
+        return get_batch(*a)
+    torch.manual_seed(0)
+    train(GPT(model_cfg), train_ids, val_ids, train_cfg, progress=False, batch_fn=timed_batch)
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def _worker(rank, world, tmp, steps):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/rdzv", rank=rank, world_size=world)
+    try:
+        times = step_times(steps)
+        if rank == 0: Path(tmp, "times.json").write_text(json.dumps(times))
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--skip", type=int, default=10)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    model_cfg, train_cfg = baby_gpt_configs()
+    tokens_per_step = train_cfg.batch_size * model_cfg.context_length
+    flops = model_flops_per_token(model_cfg)
+    peak = matmul_peak_flops(1024, repeats=20)
+    rows = []
+    def add(setting, times):
+        tps = tokens_per_step / statistics.median(times[args.skip:])
+        rows.append({"setting": setting, "tokens_per_s": round(tps, 1), "mfu": round(mfu(tps, flops, peak), 4)})
+        print(rows[-1], file=sys.stderr, flush=True)
+    for setting, kw in (("float32, 1 process", {}), ("bfloat16 autocast, 1 process", {"dtype": "bfloat16"}),
+                        ("float32 compiled, 1 process", {"compile": True})):
+        add(setting, step_times(args.steps, **kw))
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(_worker, args=(2, tmp, args.steps), nprocs=2, join=True, start_method="spawn")
+        add("float32, 2 processes (gloo)", json.loads(Path(tmp, "times.json").read_text()))
+    result = {"command": "python experiments/scale_throughput.py " + " ".join(sys.argv[1:]), "seeds": [1337],
+              "created": datetime.date.today().isoformat(),
+              "results": {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+                                     "1 thread per process, shared with other jobs",
+                          "peak_flops": peak, "flops_per_token": flops, "tokens_per_step": tokens_per_step,
+                          "steps": args.steps, "skipped": args.skip, "rows": rows}}
+    (RESULTS_DIR/f"{NAME}.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

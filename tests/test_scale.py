@@ -1,0 +1,203 @@
+"""Training at scale: memory-mapped data (a ~200 MB token file), streaming preparation (a ~50 MB corpus), streaming
+tokenization, the FLOP and memory counts of chapter 08b, its checkers, and a cheap slice of the reference curves."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from transformerbook.lm_head import GPT, GPTConfig
+from transformerbook.scale import ZERO_STAGES, gpt_n_params, mfu, model_flops_per_token, sharded_memory
+from transformerbook.tokenization import BPETokenizer, CharTokenizer, GPT2Tokenizer
+
+MB = 1 << 20
+# Peak anonymous resident memory (the process's own allocations), sampled every 5 ms: reading a token file whole, or
+# a corpus's ids, would show there. File pages of the page cache are left out: the kernel maps cached pages of a file
+# lazily and reclaims them freely, and how many it counts for a process depends on what else the machine cached.
+RSS_SCRIPT = textwrap.dedent('''
+    import json, sys, threading, time
+    import torch
+    from transformerbook.cli import main
+    torch.set_num_threads(1)
+    def anon_kib():
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon"): return int(line.split()[1])
+    peak, done = [anon_kib()], threading.Event()
+    def sample():
+        while not done.is_set():
+            peak.append(anon_kib())
+            time.sleep(0.005)
+    base = peak[0]  # torch and the package imported
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    status = main(sys.argv[1:])
+    done.set(); t.join()
+    print(json.dumps({"status": status, "base_kib": base, "peak_kib": max(peak)}))
+''')
+
+
+def _rss_of(tmp_path, *argv) -> dict:
+    "Run `transformerbook *argv` in a fresh process; its peak resident memory before and after the command."
+    script = tmp_path/"rss.py"
+    script.write_text(RSS_SCRIPT)
+    res = subprocess.run([sys.executable, script, *map(str, argv)], capture_output=True, text=True, timeout=600,
+                         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["status"] == 0, res.stderr[-2000:]
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc (Linux)")
+def test_training_from_a_200_mb_token_file_stays_small(tmp_path):
+    "The same short run on a 200 MB token file and on a 2 MB one: the memory it needs must not grow with the file."
+    chars = [chr(c) for c in range(32, 97)]
+    rng = np.random.default_rng(0)
+    grew = {}
+    for name, n_train in (("small", 1_000_000), ("big", 100_000_000)):  # uint16: 2 MB and 200 MB
+        data = tmp_path/name
+        data.mkdir()
+        with open(data/"train.bin", "wb") as f:
+            for _ in range(max(1, n_train // 10_000_000)):
+                f.write(rng.integers(0, 65, min(n_train, 10_000_000), dtype=np.uint16).tobytes())
+        rng.integers(0, 65, 1_000_000, dtype=np.uint16).tofile(data/"val.bin")
+        (data/"meta.json").write_text(json.dumps({"tokenizer": CharTokenizer(chars).to_dict(), "dtype": "uint16",
+                                                  "train_tokens": n_train, "val_tokens": 1_000_000,
+                                                  "train_bytes": n_train, "val_bytes": 1_000_000}))
+        out = _rss_of(tmp_path, "train", "--data", data, "--out", tmp_path/f"run-{name}", "--max-iters", 5,
+                      "--n-layers", 1, "--d-model", 32, "--n-heads", 2, "--context-length", 32, "--eval-interval", 5,
+                      "--eval-iters", 2, "--no-progress", "--device", "cpu")
+        grew[name] = (out["peak_kib"] - out["base_kib"]) / 1024
+    file_mb = (tmp_path/"big"/"train.bin").stat().st_size / MB
+    # loading the file would add 200 MB (800 MB as int64 ids); the run itself (model, autograd) is the same for both
+    assert file_mb > 190 and grew["big"] - grew["small"] < file_mb / 10, (file_mb, grew)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc (Linux)")
+def test_preparing_a_50_mb_corpus_keeps_memory_bounded(tmp_path):
+    rng = np.random.default_rng(0)
+    words = np.array("the of and to in a is that for it as was with be by on not he I this are or his from at which "
+                     "but have an they you were her she there been one all we their has would when if no will more "
+                     "Shakespeare naïve café".split())
+    corpus = tmp_path/"corpus.txt"
+    with open(corpus, "w", encoding="utf-8") as f:
+        while f.tell() < 50 * MB:
+            f.write(" ".join(rng.choice(words, 200_000)) + ".\n")
+    out = _rss_of(tmp_path, "prepare", "--data", corpus, "--tokenizer", "gpt2", "--out", tmp_path/"prepared",
+                  "--no-progress")
+    grew_mb = (out["peak_kib"] - out["base_kib"]) / 1024
+    assert grew_mb < 64, grew_mb  # stated bound: 64 MB for a 50 MB corpus (its ids alone are ~12M Python ints)
+    meta = json.loads((tmp_path/"prepared"/"meta.json").read_text())
+    assert meta["train_bytes"] + meta["val_bytes"] == corpus.stat().st_size
+    head = corpus.read_text(encoding="utf-8")[:5000]
+    ids = np.memmap(tmp_path/"prepared"/"train.bin", dtype=np.uint16, mode="r")[:200].tolist()
+    assert ids == GPT2Tokenizer().encode(head)[:200]
+
+
+# ---------------------------------------------------------------- streaming tokenization
+@pytest.mark.parametrize("make", [GPT2Tokenizer, lambda: BPETokenizer().train("the cat sat on the mat. " * 20, 280),
+                                  lambda: CharTokenizer.train("abc ")])
+def test_encode_iterable_is_lazy(make):
+    tok = make()
+    endless = itertools.repeat("abc cab bca ")  # never ends: only a lazy encoder can return
+    first = list(itertools.islice(tok.encode_iterable(endless), 50))
+    assert first == tok.encode("abc cab bca " * 30)[:50]
+
+
+def test_encode_iterable_equals_encode_on_random_cuts():
+    from transformerbook.data import load_tinyshakespeare
+    text = load_tinyshakespeare()[:30_000] + "  naïve\n\n\t東京  12,345.67 don't  it's <|endoftext|> x  \n"
+    rng = np.random.default_rng(1)
+    gpt2 = GPT2Tokenizer()
+    bpe = BPETokenizer().train(text[:5000], 400)
+    for tok, encode in ((gpt2, gpt2.encode), (bpe, bpe.encode_ordinary)):
+        expected = encode(text)
+        for _ in range(5):
+            cuts = sorted(rng.choice(len(text), 300, replace=False).tolist())
+            pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+            assert list(tok.encode_iterable(pieces)) == expected
+
+
+def test_special_tokens_are_split_out_before_bpe_training():
+    docs = "Hello world.<|endoftext|>Another document.<|endoftext|>" * 50
+    learned = lambda tok: [tok.vocab[i] for i in tok.merges.values()]
+    naive = BPETokenizer().train(docs, 256 + 30)  # without declaring it, the marker is just text ...
+    assert any(b"<|" in t or b"|>" in t for t in learned(naive))  # ... and merges such as "<|" are learned from it
+    tok = BPETokenizer().train(docs, 256 + 30 + 1, special_tokens=["<|endoftext|>"])
+    assert not any(b"<" in t or b"|" in t or b">" in t for t in learned(tok)), learned(tok)
+    assert tok.encode("Hello<|endoftext|>", allow_special=True)[-1] == tok.special_tokens["<|endoftext|>"]
+
+
+# ---------------------------------------------------------------- FLOPs, MFU, memory
+def test_model_flops_per_token_matches_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+    cfg = GPTConfig(vocab_size=37, context_length=12, d_model=24, n_heads=3, n_layers=2)
+    ids = torch.randint(0, 37, (3, 12))
+    with FlopCounterMode(display=False) as counter:
+        torch.nn.functional.cross_entropy(GPT(cfg)(ids).flatten(0, 1), ids.flatten()).backward()
+    assert counter.get_total_flops() == model_flops_per_token(cfg) * ids.numel()
+    with FlopCounterMode(display=False) as counter:
+        with torch.no_grad(): GPT(cfg)(ids[:, :5])
+    assert counter.get_total_flops() == model_flops_per_token(cfg, seq_len=5, training=False) * 15
+    with pytest.raises(ValueError, match="seq_len=0"):
+        model_flops_per_token(cfg, seq_len=0)
+
+
+def test_sharded_memory_matches_the_zero_paper():
+    # Rajbhandari et al. 2020, Figure 1: 7.5B parameters on 64 GPUs
+    expected_gb = {"ddp": 120, "zero1": 31.4, "zero2": 16.6, "zero3": 1.9}
+    for stage in ZERO_STAGES:
+        assert sharded_memory(7.5e9, 64, stage) / 1e9 == pytest.approx(expected_gb[stage], rel=0.02)
+    assert sharded_memory(10, 1, "zero3") == sharded_memory(10, 1, "ddp") == 160
+    with pytest.raises(ValueError, match="stage='zero4'"):
+        sharded_memory(10, 2, "zero4")
+
+
+def test_gpt_n_params_without_allocating():
+    cfg = GPTConfig(vocab_size=50257, context_length=1024, d_model=768, n_heads=12, n_layers=12)
+    assert gpt_n_params(cfg) == 124_439_808  # GPT-2 small, tied embeddings
+    assert mfu(1000, 6e6, 12e9) == pytest.approx(0.5)
+
+
+def test_checkers_pass_the_reference_and_fail_known_mistakes(capsys):
+    from transformerbook.checks.scale import META_CASES
+    assert len(META_CASES) == 3
+    for case in META_CASES:
+        assert case.checker(case.reference) is True
+        for name, wrong in case.wrong.items():
+            with pytest.raises(AssertionError, match=case.hints[name].replace("(", r"\(").replace(")", r"\)")):
+                case.checker(wrong)
+
+
+# ---------------------------------------------------------------- the committed results reproduce
+def test_reference_curves_slice_reproduces():
+    "Seed 1337's first evaluations of the baby GPT, re-run (125 steps of the full 2,000-step schedule)."
+    from transformerbook.data import load_result
+    from transformerbook.training import load_dataset, preset_configs, train
+    result = load_result("reference_curves")["results"]["baby-gpt-char"]
+    run = result["runs"]["1337"]
+    assert run["steps"][:2] == [0, 125] and len(result["runs"]) >= 1
+    model_cfg, train_cfg = preset_configs("baby-gpt-char", max_iters=125, eval_interval=125)
+    assert train_cfg.lr_decay_iters == 2000  # the same schedule as the full run
+    _, train_ids, val_ids = load_dataset("tinyshakespeare", "char")
+    torch.manual_seed(1337)
+    history = train(GPT(model_cfg), train_ids, val_ids, train_cfg, progress=False)
+    assert history.val_loss == pytest.approx(run["val_loss"][:2], rel=1e-4)
+
+
+def test_throughput_table_is_complete():
+    from transformerbook.data import load_result
+    result = load_result("scale_throughput")
+    settings = [row["setting"] for row in result["results"]["rows"]]
+    assert any("bfloat16" in s for s in settings) and any("compiled" in s for s in settings)
+    assert any("2 processes" in s for s in settings)
+    for row in result["results"]["rows"]:
+        assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1
