@@ -1,16 +1,18 @@
 """Induction heads forming during training: the phase change of chapter 11 ("Inside a trained model").
 
-Trains `interpret.induction_configs()`'s 2-layer character model on TinyShakespeare with `interpret.repeat_segment_batch`
-(a text segment of random length and place followed by its copy), stopping every `--every` steps to save a snapshot of the weights
-(`interpret.induction_run`, cached: the stages resume each other, so the weights are those of one uninterrupted run;
-`interpret.induction_model()` is its last snapshot). At every snapshot it records `interpret.induction_metrics`: validation
+Trains `interpret.induction_configs()`'s 2-layer character model on TinyShakespeare with
+`interpret.repeat_segment_batch` (a text segment of random length and place followed by its copy), stopping every
+`--every` steps to save a snapshot of the weights (`interpret.induction_run`, cached: the stages resume each other, so
+the weights are those of one uninterrupted run; `interpret.induction_model()` is its last snapshot). At every snapshot
+it records `interpret.induction_metrics`: validation
 loss, loss on the first and second copy of repeated text and of repeated random characters, and every head's
 previous-token, first-token, newline and induction scores. It does the same for the same run with the baby GPT's
 learning rate (1e-3 instead of 3e-3), in which no induction head forms, and it measures the cached baby GPT
 (`training.shakespeare_model("char")`) the same way, as the model trained on ordinary text only.
 
 Writes `transformerbook/results/induction.json`. The snapshots live in the model cache (`cache_dir()/models/
-induction-stages-<hash>`), so a second run only re-measures them. About 5 minutes of training on 2 free CPU cores.
+induction-stages-<hash>`), so a second run only re-measures them. Training took about 25 minutes per run on a
+2-core machine shared with other jobs; measuring takes under a minute.
 
     python experiments/induction.py                      # the committed results
     python experiments/induction.py --max-iters 100 --out /tmp/slice.json   # the first 100 steps (the test's slice)
@@ -35,7 +37,7 @@ BABY_LR = {"learning_rate": 1e-3, "min_lr": 1e-4}  # the baby GPT's schedule, fo
 def run(max_iters: int = 3000, every: int = 100, seed: int = 1337, out_dir: Path | None = None,
         baby: bool = True, compare_lr: bool = True) -> dict:
     "Train in stages (or reuse the cached snapshots), measure every snapshot; the results dict of the JSON file."
-    model_cfg, train_cfg = induction_configs(max_iters=max_iters, seed=seed)  # cosine to step 3000 whatever max_iters is
+    model_cfg, train_cfg = induction_configs(max_iters=max_iters, seed=seed)  # the cosine ends at step 3000 anyway
     tok, _, val_ids = load_dataset("tinyshakespeare", "char")
     newline_id = tok.encode("\n")[0]
     results = {"model_config": model_cfg.to_dict(), "train_config": train_cfg.to_dict(), "every": every,
