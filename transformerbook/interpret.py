@@ -314,7 +314,7 @@ def induction_metrics(model: GPT, # a character model (vocab_size 65)
     scores = head_scores(model, text_ids, random_rep, newline_id)
     return out | {name: [[round(v, 6) for v in row] for row in s.tolist()] for name, s in scores.items()}
 
-# %% ../nbs/11_inside.ipynb #1c38ed7b
+# %% ../nbs/11_inside.ipynb #95d37677
 @torch.no_grad()
 def logit_lens_losses(model: GPT,
                       token_ids: Tensor, # (B, T) int64
