@@ -1,15 +1,18 @@
 """Induction heads forming during training: the phase change of chapter 11 ("Inside a trained model").
 
-Trains `interpret.induction_configs()`'s 2-layer character model on TinyShakespeare with `interpret.repeat_segment_batch`
-(a text segment of random length and place followed by its copy), stopping every `--every` steps to save a snapshot of the weights
-(`interpret.induction_run`, cached: the stages resume each other, so the weights are those of one uninterrupted run;
-`interpret.induction_model()` is its last snapshot). At every snapshot it records `interpret.induction_metrics`: validation
+Trains `interpret.induction_configs()`'s 2-layer character model on TinyShakespeare with
+`interpret.repeat_segment_batch` (a text segment of random length and place followed by its copy), stopping every
+`--every` steps to save a snapshot of the weights (`interpret.induction_run`, cached: the stages resume each other, so
+the weights are those of one uninterrupted run; `interpret.induction_model()` is its last snapshot). At every snapshot
+it records `interpret.induction_metrics`: validation
 loss, loss on the first and second copy of repeated text and of repeated random characters, and every head's
-previous-token, first-token, newline and induction scores. It measures the cached baby GPT
+previous-token, first-token, newline and induction scores. It does the same for the same run with the baby GPT's
+learning rate (1e-3 instead of 3e-3), in which no induction head forms, and it measures the cached baby GPT
 (`training.shakespeare_model("char")`) the same way, as the model trained on ordinary text only.
 
 Writes `transformerbook/results/induction.json`. The snapshots live in the model cache (`cache_dir()/models/
-induction-stages-<hash>`), so a second run only re-measures them. About 5 minutes of training on 2 free CPU cores.
+induction-stages-<hash>`), so a second run only re-measures them. Training took about 25 minutes per run on a
+2-core machine shared with other jobs; measuring takes under a minute.
 
     python experiments/induction.py                      # the committed results
     python experiments/induction.py --max-iters 100 --out /tmp/slice.json   # the first 100 steps (the test's slice)
@@ -28,20 +31,29 @@ from transformerbook.data import RESULTS_DIR
 from transformerbook.interpret import INDUCTION_BATCH, induction_configs, induction_metrics, induction_run
 from transformerbook.training import load_dataset, load_model, shakespeare_model
 
+BABY_LR = {"learning_rate": 1e-3, "min_lr": 1e-4}  # the baby GPT's schedule, for comparison
+
+
 def run(max_iters: int = 3000, every: int = 100, seed: int = 1337, out_dir: Path | None = None,
-        baby: bool = True) -> dict:
+        baby: bool = True, compare_lr: bool = True) -> dict:
     "Train in stages (or reuse the cached snapshots), measure every snapshot; the results dict of the JSON file."
-    model_cfg, train_cfg = induction_configs(max_iters=max_iters, seed=seed)  # cosine to step 3000 whatever max_iters is
+    model_cfg, train_cfg = induction_configs(max_iters=max_iters, seed=seed)  # the cosine ends at step 3000 anyway
     tok, _, val_ids = load_dataset("tinyshakespeare", "char")
     newline_id = tok.encode("\n")[0]
-    snapshots = induction_run(every, out_dir, progress=sys.stderr.isatty(), max_iters=max_iters, seed=seed)
-    rows = []
-    for step, path in snapshots:
-        rows.append({"step": step, **induction_metrics(load_model(path)[0], val_ids, newline_id)})
-        print(f"step {step:5d}: val {rows[-1]['val_loss']:.3f}, repeated text {rows[-1]['text_first']:.3f} -> "
-              f"{rows[-1]['text_second']:.3f}, max induction score {max(map(max, rows[-1]['induction'])):.3f}")
     results = {"model_config": model_cfg.to_dict(), "train_config": train_cfg.to_dict(), "every": every,
-               "batch_fn": INDUCTION_BATCH, "snapshots": rows}
+               "batch_fn": INDUCTION_BATCH}
+    for name, overrides in (("snapshots", {}), ("baby_lr", BABY_LR)):  # the recipe, then the baby GPT's learning rate
+        if name == "baby_lr" and not compare_lr: continue
+        run_dir = None if out_dir is None else Path(out_dir)/name
+        snapshots = induction_run(every, run_dir, progress=sys.stderr.isatty(), max_iters=max_iters, seed=seed,
+                                  **overrides)
+        rows = []
+        for step, path in snapshots:
+            rows.append({"step": step, **induction_metrics(load_model(path)[0], val_ids, newline_id)})
+            print(f"{name} step {step:5d}: val {rows[-1]['val_loss']:.3f}, repeated text {rows[-1]['text_first']:.3f} "
+                  f"-> {rows[-1]['text_second']:.3f}, max induction score {max(map(max, rows[-1]['induction'])):.3f}")
+        results[name] = rows
+    results["baby_lr_config"] = BABY_LR
     if baby:
         results["baby"] = induction_metrics(shakespeare_model("char", progress=False)[0], val_ids, newline_id)
     return results

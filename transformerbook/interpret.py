@@ -78,7 +78,8 @@ def _check_weights(weights) -> None:
         raise TypeError(f"weights must be a float torch.Tensor of attention weights, got "
                         f"{weights.dtype if isinstance(weights, Tensor) else type(weights).__name__}")
     if weights.dim() < 2 or weights.shape[-1] != weights.shape[-2] or weights.shape[-1] < 2:
-        raise ValueError(f"weights must have shape (..., T, T) with T >= 2 (self-attention), got {tuple(weights.shape)}")
+        raise ValueError(f"weights must have shape (..., T, T) with T >= 2 (self-attention), "
+                         f"got {tuple(weights.shape)}")
 
 def previous_token_score(weights: Tensor, # (..., T, T) attention weights, rows = queries
                         ) -> Tensor: # (...) mean over queries i = 1..T-1 of weights[..., i, i-1]
@@ -115,7 +116,8 @@ def induction_score(weights: Tensor, # (..., T, T) weights on a sequence that re
     induction head, about 1/i for uniform attention. Raises `ValueError` unless 1 <= period < T."""
     _check_weights(weights)
     T = weights.shape[-1]
-    if not isinstance(period, int) or not 1 <= period < T: raise ValueError(f"period={period!r} must be an int in [1, T={T})")
+    if not isinstance(period, int) or not 1 <= period < T:
+        raise ValueError(f"period={period!r} must be an int in [1, T={T})")
     queries = torch.arange(period, T, device=weights.device)  # (T - L,) positions in the later copies
     return weights[..., queries, queries - period + 1].mean(-1)  # (..., T - L) -> (...)
 
@@ -126,9 +128,12 @@ def repeated_random_tokens(vocab_size: int, # V: tokens are drawn uniformly from
                            generator: torch.Generator | None = None,
                           ) -> Tensor: # (B, L · n_repeats) int64
     "Uniformly random token segments, each repeated `n_repeats` times (Olsson et al. 2022): copying is the only help."
-    for name, v in (("vocab_size", vocab_size), ("period", period), ("batch_size", batch_size), ("n_repeats", n_repeats)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{name}={v!r} must be a positive int")
-    return torch.randint(vocab_size, (batch_size, period), generator=generator).repeat(1, n_repeats)  # (B, L) -> (B, L·n)
+    for name, v in (("vocab_size", vocab_size), ("period", period), ("batch_size", batch_size),
+                    ("n_repeats", n_repeats)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name}={v!r} must be a positive int")
+    segments = torch.randint(vocab_size, (batch_size, period), generator=generator)  # (B, L)
+    return segments.repeat(1, n_repeats)  # (B, L) -> (B, L·n_repeats)
 
 def repeated_text(data: Tensor, # (N,) int64 token ids of a split
                   period: int, # L: characters per segment
@@ -214,11 +219,13 @@ INDUCTION_BATCH = "repeat_segment_batch(repeat_fraction=1.0)"  # names the sampl
 
 def induction_configs(**train_overrides, # e.g. max_iters=200
                      ) -> tuple: # (GPTConfig, TrainConfig)
-    """A 2-layer, 4-head, d_model 128, context-128 character model and the baby GPT's optimiser settings for 3,000
-    steps: the smallest recipe in which induction heads form on 2 CPU cores (trained with `repeat_segment_batch`)."""
+    """A 2-layer, 4-head, d_model 128, context-128 character model and the baby GPT's optimiser settings except a
+    3x larger learning rate (AdamW, lr 3e-3 -> 3e-4 by a cosine over 3,000 steps, batch 12), to be trained on
+    `repeat_segment_batch` windows; with the baby's 1e-3 no induction head forms in 3,000 steps. The cosine always
+    ends at step 3,000, so a run with a smaller `max_iters` is the beginning of the full one."""
     model_cfg = GPTConfig(vocab_size=65, context_length=128, d_model=128, n_heads=4, n_layers=2, dropout=0.0,
                           fused=True)
-    train_cfg = TrainConfig(**{**dict(max_iters=3000, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
+    train_cfg = TrainConfig(**{**dict(max_iters=3000, batch_size=12, learning_rate=3e-3, min_lr=3e-4, warmup_iters=100,
                                       lr_decay_iters=3000, weight_decay=0.1, beta2=0.99, grad_clip=1.0,
                                       eval_interval=250, eval_iters=20), **train_overrides})
     return model_cfg, train_cfg
@@ -244,7 +251,8 @@ def train_in_stages(model: GPT, # trained in place
     done = load_checkpoint(out_dir/CHECKPOINT_NAME)["step"] if (out_dir/CHECKPOINT_NAME).is_file() else None
     for stop in stops:
         if done is not None and stop <= done:
-            if not snap(stop).is_file(): raise CheckpointError(f"{out_dir} is at step {done} but lacks {snap(stop).name}")
+            if not snap(stop).is_file():
+                raise CheckpointError(f"{out_dir} is at step {done} but lacks {snap(stop).name}")
             continue
         if stop > 0:
             train(model, train_data, val_data, replace(cfg, max_iters=stop), out_dir=out_dir, tokenizer=tokenizer,
@@ -257,7 +265,7 @@ def train_in_stages(model: GPT, # trained in place
 def induction_run_dir(every: int = 100, # steps between snapshots
                       **train_overrides, # as for `induction_run`
                      ) -> Path: # `cache_dir()/models/induction-stages-<hash>`; it may not exist yet
-    "Where `induction_run` keeps its snapshots: named by a hash of the configs, `every`, the sampler and the code version."
+    "Where `induction_run` keeps its snapshots: a folder named by a hash of the configs, `every`, sampler and version."
     model_cfg, train_cfg = induction_configs(**train_overrides)
     key = json.dumps({"model": model_cfg.to_dict(), "train": train_cfg.to_dict(), "every": every,
                       "batch_fn": INDUCTION_BATCH, "version": transformerbook.__version__}, sort_keys=True)
@@ -270,8 +278,8 @@ def induction_run(every: int = 100, # steps between snapshots
                  ) -> list: # [(step, snapshot path)], as `train_in_stages` returns
     """The induction model of `induction_configs()` trained once on TinyShakespeare with `repeat_segment_batch`, with a
     snapshot every `every` steps, cached like `training.cached_run` (keyed by a hash of the configs, `every`, the
-    sampler's name and the code version): the first call trains (about 5 minutes on 2 free CPU cores), an
-    interrupted one resumes, later calls only list the snapshots."""
+    sampler's name and the code version): the first call trains (about 25 minutes measured on a 2-core machine
+    shared with other jobs), an interrupted one resumes, later calls only list the snapshots."""
     model_cfg, train_cfg = induction_configs(**train_overrides)
     out_dir = induction_run_dir(every, **train_overrides) if out_dir is None else out_dir
     tok, train_ids, val_ids = load_dataset("tinyshakespeare", "char")
@@ -306,7 +314,7 @@ def induction_metrics(model: GPT, # a character model (vocab_size 65)
     scores = head_scores(model, text_ids, random_rep, newline_id)
     return out | {name: [[round(v, 6) for v in row] for row in s.tolist()] for name, s in scores.items()}
 
-# %% ../nbs/11_inside.ipynb #91a9bd4b
+# %% ../nbs/11_inside.ipynb #95d37677
 @torch.no_grad()
 def logit_lens_losses(model: GPT,
                       token_ids: Tensor, # (B, T) int64

@@ -1,6 +1,7 @@
-"""The checkers behind the exercises of "Inside a trained model: heads and layers": a previous-token head score and the induction score.
+"""The checkers behind the exercises of "Inside a trained model: heads and layers": a previous-token head score, the induction score and an attention-sink score.
 
-**In the package** (`transformerbook.checks.interpret`): `check_previous_token_score` and `check_induction_score`.
+**In the package** (`transformerbook.checks.interpret`): `check_previous_token_score`, `check_induction_score` and
+`check_first_token_score`.
 Each takes your function, runs it on attention patterns built to have known answers and on random causal patterns,
 compares with the book's `transformerbook.interpret`, and prints PASS, prints NOT YET while it still raises
 `NotImplementedError`, or raises an `AssertionError` that says what is wrong and, for a known mistake, which one.
@@ -17,10 +18,10 @@ import torch
 from torch import Tensor
 
 from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
-from ..interpret import induction_score, previous_token_score
+from ..interpret import first_token_score, induction_score, previous_token_score
 
 # %% auto #0
-__all__ = ['META_CASES', 'check_previous_token_score', 'check_induction_score']
+__all__ = ['META_CASES', 'check_previous_token_score', 'check_induction_score', 'check_first_token_score']
 
 # %% ../../nbs/checks/11_interpret.ipynb #6bacbed1
 def _causal_patterns(shape: tuple, seed: int) -> Tensor:
@@ -96,11 +97,38 @@ def check_induction_score(my_induction_score) -> None:
                         "for each query i = L..T-1 take weights[..., i, i - L + 1], then average")
         assert_tensors_close(got, expected, name=what, hint=hint)
 
-# %% ../../nbs/checks/11_interpret.ipynb #70c0c2b7
+# %% ../../nbs/checks/11_interpret.ipynb #cbf7bb9a
+def _first_token_mistakes(weights: Tensor) -> dict:
+    T = weights.shape[-1]
+    return {"leave out query 0: it can only attend to itself, so its weight on token 0 is always 1 and says nothing "
+            "about the head": weights[..., :, 0].mean(-1),
+            "weights[..., 0, :] is what query 0 pays to each key; the first token as a key is the column "
+            "weights[..., :, 0]": weights[..., 0, 1:].mean(-1),
+            "average over the queries, do not sum": weights[..., 1:, 0].sum(-1),
+            "divide by the T-1 queries you kept, not by T": weights[..., 1:, 0].sum(-1) / T}
+
+@checker("Exercise 11.3 — an attention-sink score")
+def check_first_token_score(my_first_token_score) -> None:
+    "`my_first_token_score(weights)` must map (..., T, T) weights to (...) scores, as `first_token_score`."
+    for weights in _PATTERNS:
+        what = f"my_first_token_score(weights of shape {tuple(weights.shape)})"
+        got = call_learner(my_first_token_score, weights.clone(), what=what)
+        expected = first_token_score(weights)
+        hint = diagnose(got, _first_token_mistakes(weights),
+                        "keep the leading axes: reduce only the (T, T) pattern to one number per head"
+                        if isinstance(got, Tensor) and got.shape != expected.shape else
+                        "take weights[..., i, 0] for i = 1..T-1 and average them")
+        assert_tensors_close(got, expected, name=what, hint=hint)
+
+# %% ../../nbs/checks/11_interpret.ipynb #c8d11fee
 def _prev_main_diagonal(weights): return weights.diagonal(dim1=-2, dim2=-1).mean(-1)
 def _prev_divide_by_T(weights): return weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / weights.shape[-1]
 def _prev_sum(weights): return weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1)
 def _prev_all_axes(weights): return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean()
+
+def _first_with_query_0(weights): return weights[..., :, 0].mean(-1)
+def _first_row_not_column(weights): return weights[..., 0, 1:].mean(-1)
+def _first_sum(weights): return weights[..., 1:, 0].sum(-1)
 
 def _ind_previous_occurrence(weights, period):
     q = torch.arange(period, weights.shape[-1])
@@ -120,6 +148,11 @@ META_CASES = [
               "averages the leading axes away": _prev_all_axes},
              hints={"main diagonal": "the query's own token", "divides by T": "not by T", "sums": "do not sum",
                     "averages the leading axes away": "keep the leading axes"}),
+    MetaCase(check_first_token_score, first_token_score,
+             {"query 0 included": _first_with_query_0, "row instead of column": _first_row_not_column,
+              "sums": _first_sum},
+             hints={"query 0 included": "leave out query 0", "row instead of column": "the column",
+                    "sums": "do not sum"}),
     MetaCase(check_induction_score, induction_score,
              {"previous occurrence": _ind_previous_occurrence, "first copy included": _ind_from_first_copy,
               "sums": _ind_sum},
