@@ -6,13 +6,14 @@ Two models of the same architecture (nanoGPT's baby GPT, `training.baby_gpt_conf
   training split, about 1.5 passes), loaded from the shared cache (trained once if missing);
 - "small": the same recipe on only the first `--small-chars` (20,000) characters of the training split, its cosine
   schedule ending at the last of `--steps` (800 steps: about 30 passes over its data), stopped at every snapshot step
-  (a resumed run is bit-for-bit the uninterrupted one).
+  (a resumed run is bit-for-bit the uninterrupted one);
+- "tiny": the same on the first `--tiny-chars` (5,000) characters, 1,000 steps (about 150 passes).
 At each snapshot it measures
 - the fraction of 20- and 50-character pieces of sampled text (8 samples x 500 characters from "\\n", at each
   temperature) found verbatim in the model's training text and in the validation split;
 - extraction: greedy continuations of 32 characters from the first 32 characters of up to 100 training speeches, and
   of 100 validation speeches as the control, that reproduce the speech exactly.
-Writes transformerbook/results/memorisation.json. About 3 minutes of CPU time.
+Writes transformerbook/results/memorisation.json. About 5 minutes of CPU time.
 """
 from __future__ import annotations
 
@@ -106,12 +107,15 @@ def main(argv=None) -> None:
     p.add_argument("--n-passages", type=int, default=100, help="speeches per split in the extraction test")
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.5, 0.8, 1.0])
     p.add_argument("--small-chars", type=int, default=20_000, help="training characters of the small run")
+    p.add_argument("--tiny-chars", type=int, default=5_000, help="training characters of the tiny run")
+    p.add_argument("--tiny-steps", type=int, nargs="+", default=[100, 250, 500, 1000], help="snapshots of the tiny run")
     p.add_argument("--seed", type=int, default=0, help="sampling and passage seed (training uses the recipe's seed)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     common = dict(n_samples=args.n_samples, n_passages=args.n_passages, seed=args.seed)
     results = {"full": run(None, args.temperatures, **common),
-               "small": run(args.steps, args.temperatures, train_chars=args.small_chars, **common)}
+               "small": run(args.steps, args.temperatures, train_chars=args.small_chars, **common),
+               "tiny": run(args.tiny_steps, args.temperatures, train_chars=args.tiny_chars, **common)}
     command = "python experiments/memorisation.py " + " ".join(sys.argv[1:] if argv is None else argv)
     doc = {"command": command.strip(), "seeds": [args.seed], "created": datetime.date.today().isoformat(),
            "results": results}
