@@ -257,7 +257,7 @@ CASES = [(case, mistake, wrong) for case in checks.META_CASES for mistake, wrong
 
 @pytest.mark.parametrize("case", checks.META_CASES, ids=lambda c: c.checker.__name__)
 def test_checker_accepts_reference(case, capsys):
-    assert case.checker(case.reference) is True
+    assert case.checker(case.reference).passed is True
     assert capsys.readouterr().out.startswith("PASS")
     assert len(case.wrong) >= 2
 
@@ -271,5 +271,5 @@ def test_checker_rejects_wrong_answer(case, mistake, wrong):
 
 def test_checker_says_not_yet(capsys):
     def stub(*args): raise NotImplementedError
-    assert checks.check_classify_by_likelihood(stub) is False and checks.check_contaminated(stub) is False
+    assert checks.check_classify_by_likelihood(stub).passed is False and checks.check_contaminated(stub).passed is False
     assert capsys.readouterr().out.count("NOT YET") == 2

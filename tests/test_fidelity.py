@@ -35,15 +35,15 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_poll_checkers(checker, right, wrong, capsys):
     "Every right form passes; every wrong option fails with its own explanation; `...` and a stub say NOT YET."
     for answer in right:
-        assert checker(answer) is True
+        assert checker(answer).passed is True
     for answer, why in wrong.items():
         with pytest.raises(AssertionError, match=why.replace("(", r"\(").replace(".", r"\.")):
             checker(list(answer) if isinstance(answer, tuple) else answer)
     capsys.readouterr()
-    assert checker(...) is False and capsys.readouterr().out.startswith("NOT YET")
+    assert checker(...).passed is False and capsys.readouterr().out.startswith("NOT YET")
     def stub(): raise NotImplementedError
-    assert checker(stub) is False
-    assert checker(lambda: right[0]) is True  # a function returning the choice is accepted too
+    assert checker(stub).passed is False
+    assert checker(lambda: right[0]).passed is True  # a function returning the choice is accepted too
 
 
 def test_poll_causal_mask_matrices_match_the_chapter():
@@ -52,7 +52,7 @@ def test_poll_causal_mask_matrices_match_the_chapter():
     chapter = {"A": torch.tensor([[0, 0, 0, 0], [inf, 0, 0, 0], [inf, inf, 0, 0], [inf, inf, inf, 0]]),
                "B": torch.tensor([[0, inf, inf, inf], [0, 0, inf, inf], [0, 0, 0, inf], [0, 0, 0, 0]]),
                "C": torch.tensor([[0, inf, inf, inf], [inf, 0, inf, inf], [inf, inf, 0, inf], [inf, inf, inf, 0]])}
-    assert check_poll_causal_mask(chapter["B"]) is True
+    assert check_poll_causal_mask(chapter["B"]).passed is True
     with pytest.raises(AssertionError, match="transpose"): check_poll_causal_mask(chapter["A"])
     with pytest.raises(AssertionError, match="bigram"): check_poll_causal_mask(chapter["C"])
 
@@ -64,8 +64,8 @@ def test_poll_causal_mask_matrices_match_the_chapter():
     (lambda d: 12 * d * d + 13 * d + 0.5, "expected an int"),
 ])
 def test_block_params_checker(formula, hint):
-    assert check_block_params(lambda d: 12 * d * d + 13 * d) is True
-    assert check_block_params(lambda d: float(12 * d * d + 13 * d)) is True  # 7087872.0 is an integer count
+    assert check_block_params(lambda d: 12 * d * d + 13 * d).passed is True
+    assert check_block_params(lambda d: float(12 * d * d + 13 * d)).passed is True  # 7087872.0 is an integer count
     with pytest.raises(AssertionError, match=hint): check_block_params(formula)
 
 
