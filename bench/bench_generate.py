@@ -78,7 +78,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top operators for 64 tokens")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    hf_logging.set_verbosity_error(); hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     for kind in args.models:
         hf, ours, fused = build_models(kind)
         V = ours.config.vocab_size
@@ -92,7 +93,8 @@ def main() -> None:
             for name, fn in (("ours, fused", lambda: generate(fused, prompt, 64, temperature=0)),
                              ("HF", lambda: hf_gen(64))):
                 with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof: fn()
-                print(f"--- profile: {name}, 64 tokens"); print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+                print(f"--- profile: {name}, 64 tokens")
+                print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
         print(f"{'new tokens':>10} | {'ours tok/s':>10} | {'fused tok/s':>11} | {'cache speed-up':>14} | {'HF tok/s':>9} | "
               f"{'ours / HF':>9} | {'fused / HF':>10} | same tokens")
         for n in NEW_TOKENS:

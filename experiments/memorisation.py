@@ -24,7 +24,6 @@ import random
 import sys
 import tempfile
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 

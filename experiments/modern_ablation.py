@@ -90,14 +90,20 @@ def max_logit_run(qk_norm: bool, seed: int, steps: int, lr: float, data) -> list
         if step % 10 == 0:
             multihead.attention_weights = recording
             try:
-                with torch.no_grad(): model.eval(); model(probe)
+                with torch.no_grad():
+                    model.eval()
+                    model(probe)
             finally:
                 multihead.attention_weights = original
-            curve.append(max(seen)); seen.clear(); model.train()
+            curve.append(max(seen))
+            seen.clear()
+            model.train()
         if step == steps: break
         token_ids, targets = get_batch(train_ids, 12, cfg.context_length, gen)  # (B, T), (B, T)
         loss = F.cross_entropy(model(token_ids).flatten(0, 1), targets.flatten())
-        optimizer.zero_grad(set_to_none=True); loss.backward(); optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
     return curve
 
 
@@ -125,7 +131,8 @@ def main(argv=None) -> dict:
            "seeds": args.seeds, "created": datetime.date.today().isoformat(), "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1)); tmp.replace(args.out)  # atomic: a killed run leaves the old file
+    tmp.write_text(json.dumps(out, indent=1))
+    tmp.replace(args.out)  # atomic: a killed run leaves the old file
     return out
 
 

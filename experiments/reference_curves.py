@@ -13,11 +13,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 

@@ -50,8 +50,10 @@ def test_scorer_equals_hugging_face_loss():
             loss = hf(ids[b:b + 1], labels=ids[b:b + 1]).loss
             torch.testing.assert_close(-sequence_log_likelihood(hf, ids[b:b + 1], reduction="mean"), loss[None])
     # a mask on the last 5 tokens: HF's loss with the other labels set to -100 (ignored)
-    labels = ids.clone(); labels[:, :7] = -100
-    mask = torch.zeros_like(ids, dtype=torch.bool); mask[:, 7:] = True
+    labels = ids.clone()
+    labels[:, :7] = -100
+    mask = torch.zeros_like(ids, dtype=torch.bool)
+    mask[:, 7:] = True
     with torch.no_grad(): loss = hf(ids, labels=labels).loss  # mean over the 3 x 5 scored tokens
     torch.testing.assert_close(-sequence_log_likelihood(hf, ids, mask).sum() / 15, loss)
 
@@ -143,7 +145,8 @@ def test_minhash_estimates_jaccard_like_datasketch():
         true = jaccard(a, b)
         ours = estimate_jaccard(mh.signature(a), mh.signature(b))
         ma, mb = datasketch.MinHash(num_perm=256, seed=7), datasketch.MinHash(num_perm=256, seed=7)
-        ma.update_batch([s.encode() for s in a]); mb.update_batch([s.encode() for s in b])
+        ma.update_batch([s.encode() for s in a])
+        mb.update_batch([s.encode() for s in b])
         sd = math.sqrt(max(true * (1 - true), 1e-3) / 256)
         assert abs(ours - true) < 4 * sd and abs(ma.jaccard(mb) - true) < 4 * sd and abs(ours - ma.jaccard(mb)) < 5 * sd
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import re
 import shutil
 import subprocess
@@ -302,7 +301,9 @@ def test_attention_explorer(page, base_url):
             q, k = a.split_heads(a.q_proj(h)), a.split_heads(a.k_proj(h))
             eye = torch.eye(T).expand(1, a.n_heads, T, T)
             weights = F.scaled_dot_product_attention(q, k, eye, is_causal=True)[0, head, query]  # (T,)
-            set_value(root, "layer", layer); set_value(root, "head", head); set_value(root, "query", query)
+            set_value(root, "layer", layer)
+            set_value(root, "head", head)
+            set_value(root, "query", query)
             rows = root.locator("table.tbx-top tbody tr")
             assert rows.count() == min(5, query + 1)
             for i in range(rows.count()):
@@ -320,7 +321,9 @@ def test_positional_explorer(page, base_url):
         assert_responds(root, control, value)
     pe = sinusoidal_positional_encoding(128, 64)
     for t, k, i in [(30, 12, 3), (0, 0, 0), (95, 32, 31), (7, 1, 10)]:
-        set_value(root, "t", t); set_value(root, "k", k); set_value(root, "pair", i)
+        set_value(root, "t", t)
+        set_value(root, "k", k)
+        set_value(root, "pair", i)
         rotated = position_rotation_matrix(k, 64) @ pe[t]
         for cls, vec in (("tbx-pt", pe[t]), ("tbx-rot", rotated), ("tbx-target", pe[t + k])):
             cells = root.locator(f"tr.{cls} td")
@@ -357,7 +360,8 @@ def test_moe_explorer(page, base_url):
     data = json.loads((page.request.get(f"{base_url}/_static/explorers/data/moe.json")).text())
     assert data["passage"] == explorers.MOE_PASSAGE and len(data["tokens"]) == len(explorers.MOE_PASSAGE)
     for layer, token in [(0, 0), (1, 20), (1, len(data["tokens"]) - 1)]:
-        set_value(root, "layer", layer); set_value(root, "token", token)
+        set_value(root, "layer", layer)
+        set_value(root, "token", token)
         probs = torch.tensor(data["layers"][layer]["probs"][token])
         shown = [float(x) for x in root.locator(".tbx-prob").all_inner_texts()]
         assert shown == pytest.approx(probs.tolist(), abs=6e-4)

@@ -301,7 +301,8 @@ def test_checkers_pass_the_reference_and_reject_known_mistakes(case, capsys):
 
 def _experiment():
     spec = importlib.util.spec_from_file_location("modern_ablation", ROOT / "experiments" / "modern_ablation.py")
-    module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
 
 

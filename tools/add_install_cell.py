@@ -26,7 +26,7 @@ MARKER = "# Fresh environments (Colab, a downloaded notebook): install the book'
 
 def install_source(repo: str, package: str = "transformerbook") -> str:
     "The install cell's code for the package `package` published at git repository `repo`."
-    return (f"#| hide\n{MARKER}\ntry:\n    import {package}\nexcept ImportError:\n"
+    return (f"#| hide\n{MARKER}\ntry:\n    import {package}  # noqa: F401 (is it installed?)\nexcept ImportError:\n"
             f"    %pip install --quiet \"{package} @ git+{repo}\"")
 
 

@@ -149,7 +149,9 @@ def _moe_model():
             token_ids, targets = get_batch(train_ids, 16, config.context_length, gen)  # (16, 64), (16, 64)
             loss = F.cross_entropy(model(token_ids).flatten(0, 1), targets.flatten())
             loss = loss + 0.01 * load_balancing_loss(collect_router_logits(model), 2)
-            opt.zero_grad(); loss.backward(); opt.step()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
     return model.eval(), tok
 
 
@@ -196,7 +198,8 @@ def cache_key() -> str:
     "A hash of this file and of the package's sources: the data change only when one of them does."
     h = hashlib.sha256(Path(__file__).read_bytes())
     for p in sorted((ROOT / "transformerbook").glob("*.py")):
-        h.update(p.name.encode()); h.update(p.read_bytes())
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -15,7 +15,6 @@ Docs: https://transformerbook.github.io/transformerbook/cli.html.md"""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 

@@ -17,6 +17,8 @@ Docs: https://transformerbook.github.io/transformerbook/embeddings.html.md"""
 # %% ../nbs/05_embeddings.ipynb #e581f581
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 

@@ -118,7 +118,9 @@ def candidate_batch(tokenizer, # anything with `encode(str) -> list[int]`
                 raise ValueError(f"candidate {c!r} has {len(ids)} tokens; at most context_length - 1 = "
                                  f"{context_length - 1} fit")
             row = (x + ids)[-context_length:]  # crop the prompt from the left
-            rows.append(row); starts.append(len(row) - len(ids)); owner.append(i)
+            rows.append(row)
+            starts.append(len(row) - len(ids))
+            owner.append(i)
     L = max(len(r) for r in rows)
     token_ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
     loss_mask = torch.zeros(len(rows), L, dtype=torch.bool)
@@ -202,7 +204,8 @@ def _spoken_lines(text: str) -> list:
     for start, name, body in speeches(text):
         offset = start + len(name) + 2
         for line in body.split("\n"):
-            out.append((offset, line)); offset += len(line) + 1
+            out.append((offset, line))
+            offset += len(line) + 1
     return out
 
 def _shuffled_in(rng: random.Random, true: str, others: list) -> tuple:

@@ -26,7 +26,8 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from .blocks import MLP_ACTIVATIONS, SwiGLUFeedForward, make_mlp
+from .blocks import MLP_ACTIVATIONS, make_mlp
+from .blocks import SwiGLUFeedForward  # noqa: F401 (moe.SwiGLUFeedForward: its earlier home)
 from .lm_head import GPT, gpt2_init
 from .multihead import _check_input_dtype
 

@@ -14,7 +14,6 @@ Docs: https://transformerbook.github.io/transformerbook/word2vec.html.md"""
 from __future__ import annotations
 
 import re
-from collections import Counter
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +46,8 @@ class SkipGram(nn.Module):
         super().__init__()
         self.center = nn.Embedding(vocab_size, d)  # W: row w is v_w
         self.context = nn.Embedding(vocab_size, d)  # U: row o is u_o
-        nn.init.normal_(self.center.weight, std=d ** -0.5); nn.init.zeros_(self.context.weight)  # word2vec's start
+        nn.init.normal_(self.center.weight, std=d ** -0.5)
+        nn.init.zeros_(self.context.weight)  # word2vec's start
 
     def forward(self, centers: Tensor) -> Tensor: # (P,) int64 -> (P, V) logits over every context word
         return self.center(centers) @ self.context.weight.T  # (P, d) @ (d, V) -> (P, V)

@@ -43,7 +43,10 @@ def circle_plus(ax, x, y, r=0.16):
 
 def canvas(w, h):
     fig, ax = plt.subplots(figsize=(w, h))
-    ax.set_xlim(0, w); ax.set_ylim(0, h); ax.set_aspect("equal"); ax.axis("off")
+    ax.set_xlim(0, w)
+    ax.set_ylim(0, h)
+    ax.set_aspect("equal")
+    ax.axis("off")
     return fig, ax
 
 
@@ -95,13 +98,15 @@ def attention_shapes():
         arrow(ax, (1.55, 2.3), (2.45, y), rad=0.0)
         box(ax, 3.2, y, 1.5, 0.62, f"{name}\n{w}", "attn", 9)
     box(ax, 5.0, 3.0, 1.7, 0.7, "scores = q kᵀ / √Dh\n(B, T, S)", "io", 9)
-    arrow(ax, (3.95, 3.7), (4.15, 3.2)); arrow(ax, (3.95, 2.3), (4.15, 2.8))
+    arrow(ax, (3.95, 3.7), (4.15, 3.2))
+    arrow(ax, (3.95, 2.3), (4.15, 2.8))
     box(ax, 6.9, 3.0, 1.6, 0.7, "mask: −∞ where\nnot allowed", "new", 9)
     arrow(ax, (5.85, 3.0), (6.1, 3.0))
     box(ax, 8.6, 3.0, 1.5, 0.7, "weights =\nsoftmax over S\n(B, T, S)", "norm", 8.5)
     arrow(ax, (7.7, 3.0), (7.85, 3.0))
     box(ax, 7.6, 1.0, 2.0, 0.7, "out = weights v\n(B, T, Dh)", "mlp", 9)
-    arrow(ax, (8.6, 2.65), (8.1, 1.35)); arrow(ax, (3.95, 0.9), (6.6, 0.95))
+    arrow(ax, (8.6, 2.65), (8.1, 1.35))
+    arrow(ax, (3.95, 0.9), (6.6, 0.95))
     ax.text(4.8, 4.35, "one head; B batch, T queries, S keys (S = T without a cache), Dh = D / n_heads",
             ha="center", fontsize=9, color="#333333")
     ax.text(5.0, 0.25, "each row of weights sums to 1: query t's output is a weighted average of the value vectors",

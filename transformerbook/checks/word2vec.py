@@ -28,7 +28,8 @@ def _case(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     model = SkipGram(30, 6)
     with torch.no_grad():
-        model.center.weight.copy_(torch.randn(30, 6, generator=g)); model.context.weight.copy_(torch.randn(30, 6, generator=g))
+        model.center.weight.copy_(torch.randn(30, 6, generator=g))
+        model.context.weight.copy_(torch.randn(30, 6, generator=g))
     return (model, torch.randint(0, 30, (7,), generator=g), torch.randint(0, 30, (7,), generator=g),
             torch.randint(0, 30, (7, 4), generator=g))
 
