@@ -187,19 +187,10 @@ def page(request, chrome):
     page.viewport_name = request.param
     page.requested, page.errors = [], []
     page.on("request", lambda r: page.requested.append(r.url))
-    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" and not known_theme_error(m) else None)
+    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: page.errors.append(str(e)))
     yield page
     context.close()
-
-
-def known_theme_error(message) -> bool:
-    """Console errors that are not the explorers': the browser's request for a favicon the site does not have, and
-    pydata-sphinx-theme's complaint about an empty stored colour mode in a fresh profile (both site-wide, outside
-    the explorers; reported to the site's owners)."""
-    url = message.location.get("url", "")
-    return url.endswith("/favicon.ico") or (message.text.startswith("Got invalid theme mode")
-                                            and "pydata-sphinx-theme" in url)
 
 
 def open_explorer(page, base_url, name):

@@ -57,6 +57,21 @@ def test_count_params_property(n_layers, n_heads, d_head, d_ff, vocab_size, cont
     assert count_params(config) - count_params(config, non_embedding=True) == embeddings
 
 
+@settings(max_examples=40, deadline=None)
+@given(n_heads=st.sampled_from([2, 4]), kv=st.sampled_from([None, 1, 2]), d_head=st.sampled_from([None, 4, 8]),
+       bias=st.booleans(), tie=st.booleans(), norm=st.sampled_from(["pre", "post"]),
+       normalization=st.sampled_from(["layer", "rms"]), positional=st.sampled_from(["learned", "sinusoidal", "rotary"]),
+       activation=st.sampled_from(["gelu", "swiglu"]), qk_norm=st.booleans(), non_embedding=st.booleans())
+def test_count_params_covers_the_modern_switches(n_heads, kv, d_head, bias, tie, norm, normalization, positional,
+                                                 activation, qk_norm, non_embedding):
+    """Chapter 12's switches (grouped-query heads, an explicit d_head, QK-norm, RMSNorm, SwiGLU, rotary positions)
+    change the count; the formula must follow them exactly."""
+    config = GPTConfig(vocab_size=37, context_length=12, d_model=16, n_heads=n_heads, n_layers=2, d_ff=24, bias=bias,
+                       tie_weights=tie, norm=norm, normalization=normalization, positional=positional,
+                       activation=activation, n_kv_heads=kv, d_head=d_head, qk_norm=qk_norm)
+    assert count_params(config, non_embedding) == GPT(config).n_params(non_embedding)
+
+
 @pytest.mark.parametrize("tie", [True, False])
 def test_count_params_matches_hugging_face_gpt2_small(tie):
     from transformers import GPT2Config, GPT2LMHeadModel

@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("prepare", help="tokenize a corpus once into token files for `train --data DIR`",
                        description="Tokenize a UTF-8 text file, or a folder of .txt files, 1 MB at a time into "
-                                   "DIR/train.bin and DIR/val.bin (first 90%% of the bytes / last 10%%) and "
+                                   "DIR/train.bin and DIR/val.bin (first 90% of the bytes / last 10%) and "
                                    f"DIR/{PREPARED_META} (tokenizer, counts, dtype).")
     p.add_argument("--data", required=True, metavar="PATH", help="a text file or a folder of .txt files")
     p.add_argument("--tokenizer", choices=["char", "gpt2"], default="char",

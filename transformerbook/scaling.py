@@ -42,15 +42,20 @@ def count_params(config: GPTConfig, # any GPTConfig; the model is never built
                  non_embedding: bool = False, # drop the token and learned position tables (Kaplan et al. 2020's N)
                 ) -> int: # number of distinct trainable parameters of GPT(config); a tied matrix counts once
     """Exact parameter count of `GPT(config)` from the configuration alone (J&M eq. 10.55 without its approximations;
-    `non_embedding=True` is Kaplan et al. 2020's N); equals `GPT(config).n_params(non_embedding)`. Raises `TypeError`
-    if `config` is not a `GPTConfig`."""
+    `non_embedding=True` is Kaplan et al. 2020's N); equals `GPT(config).n_params(non_embedding)` for every switch of
+    chapter 12 too (grouped-query heads, QK-norm, RMSNorm, SwiGLU, rotary positions). Raises `TypeError` if `config`
+    is not a `GPTConfig`."""
     check_instance("config", config, GPTConfig)
     D, F, V, b = config.d_model, config.d_ff, config.vocab_size, int(config.bias)
-    layer_norm = D + b * D  # gain γ and (with bias) shift β
-    attention = 4 * D * D + b * 4 * D  # q_proj, k_proj, v_proj, out_proj: (D, D) each, plus biases
-    mlp = 2 * D * F + b * (F + D)  # fc (D -> F) and proj (F -> D), plus biases
-    blocks = config.n_layers * (attention + mlp + 2 * layer_norm)  # ln_1, ln_2 in every block
-    head = (layer_norm if config.norm == "pre" else 0) + (0 if config.tie_weights else V * D)  # ln_f; untied lm_head
+    H, Dh = config.n_heads, config.d_head or config.d_model // config.n_heads
+    KV = config.n_kv_heads or H  # key/value heads (grouped-query attention)
+    norm = D + (b * D if config.normalization == "layer" else 0)  # γ, and LayerNorm's β with bias (RMSNorm: γ only)
+    attention = D * H * Dh + 2 * D * KV * Dh + H * Dh * D + b * (H * Dh + 2 * KV * Dh + D)  # q, k, v, out_proj
+    attention += 2 * Dh if config.qk_norm else 0  # γ of the per-head RMSNorms on queries and keys
+    n_in = 2 if config.activation == "swiglu" else 1  # SwiGLU has two input projections (gate and up)
+    mlp = (n_in + 1) * D * F + b * (n_in * F + D)  # D -> F (once or twice) and F -> D, plus biases
+    blocks = config.n_layers * (attention + mlp + 2 * norm)  # ln_1, ln_2 in every block
+    head = (norm if config.norm == "pre" else 0) + (0 if config.tie_weights else V * D)  # ln_f; untied lm_head
     embeddings = V * D + (config.context_length * D if config.positional == "learned" else 0)  # E and P
     return blocks + head + (0 if non_embedding else embeddings)
 
