@@ -37,7 +37,8 @@ def _classifier_setup() -> tuple:
     with torch.no_grad():  # sharpen the random model so that candidates' scores are far apart
         model.lm_head.weight.mul_(8.0)
     cases = [("abc", ["d", "dd", "hg"]), ("h. ", ["abc", "a", "ghgh."]), ("gfe\n", ["e", "f", "g", "h"]),
-             ("bad bad", ["cab", "c", "fab fab"]), ("aaaaaaaaaaaaaaa", ["bcd", "bb"])]  # the last one: the prompt is cropped
+             # the last one: the prompt is cropped
+             ("bad bad", ["cab", "c", "fab fab"]), ("aaaaaaaaaaaaaaa", ["bcd", "bb"])]
     return model, CharTokenizer(_CHARS), cases
 
 @checker("Exercise 11a.1 — a likelihood classifier")
