@@ -413,8 +413,8 @@ def test_chinchilla_explorer(page, base_url):
             n_cell, d_cell = root.locator(".tbx-n"), root.locator(".tbx-d")
             assert float(n_cell.get_attribute("data-value")) == pytest.approx(n_opt, rel=1e-9)
             assert float(d_cell.get_attribute("data-value")) == pytest.approx(d_opt, rel=1e-9)
-            assert float(n_cell.inner_text()) == float(f"{n_opt:.3g}")
-            assert float(d_cell.inner_text()) == float(f"{d_opt:.3g}")
+            assert (float(n_cell.inner_text()) == float(f"{n_opt:.3g}")
+                    and float(d_cell.inner_text()) == float(f"{d_opt:.3g}"))
             assert float(root.locator(".tbx-loss").inner_text()) == pytest.approx(law.loss(n_opt, d_opt), abs=6e-4)
         set_value(root, "log10_flops", 22)  # the slider: C = 10^22
         n_opt, _ = law.compute_optimal(1e22)

@@ -284,8 +284,8 @@ def test_gpt2_init_scales_residual_projections_for_every_mlp():
 
 def test_blocks_take_keyword_arguments_only_after_n_heads():
     with pytest.raises(TypeError): TransformerBlock(16, 4, 64)
-    block = TransformerBlock(16, 4, d_ff=64, normalization="rms", activation="swiglu", n_kv_heads=2)
-    assert block.mlp.w1.out_features == 64
+    assert TransformerBlock(16, 4, d_ff=64, normalization="rms", activation="swiglu",
+                            n_kv_heads=2).mlp.w1.out_features == 64
 
 
 def test_mask_is_checked_once_per_model_call(monkeypatch):
