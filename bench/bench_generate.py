@@ -73,7 +73,8 @@ def kv_bytes_check(model: GPT) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for a model this small)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (all contenders in turn); the best is kept")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed rounds (all contenders in turn); the best is kept")
     parser.add_argument("--models", nargs="+", default=["gpt2", "llama"], choices=["gpt2", "llama"])
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top operators for 64 tokens")
     args = parser.parse_args()
@@ -95,8 +96,8 @@ def main() -> None:
                 with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof: fn()
                 print(f"--- profile: {name}, 64 tokens")
                 print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
-        print(f"{'new tokens':>10} | {'ours tok/s':>10} | {'fused tok/s':>11} | {'cache speed-up':>14} | {'HF tok/s':>9} | "
-              f"{'ours / HF':>9} | {'fused / HF':>10} | same tokens")
+        print(f"{'new tokens':>10} | {'ours tok/s':>10} | {'fused tok/s':>11} | {'cache speed-up':>14} | "
+              f"{'HF tok/s':>9} | {'ours / HF':>9} | {'fused / HF':>10} | same tokens")
         for n in NEW_TOKENS:
             with torch.no_grad():
                 same = torch.equal(generate(ours, prompt, n, temperature=0), hf_gen(n)) and \
@@ -106,8 +107,8 @@ def main() -> None:
                             "plain": lambda: generate(ours, prompt, n, temperature=0, use_kv_cache=False),
                             "hf": lambda: hf_gen(n)}, args.repeats)
             t_ours, t_fused, t_plain, t_hf = t["ours"], t["fused"], t["plain"], t["hf"]
-            print(f"{n:>10} | {n / t_ours:>10.0f} | {n / t_fused:>11.0f} | {t_plain / t_ours:>13.1f}x | {n / t_hf:>9.0f} | "
-                  f"{t_hf / t_ours:>8.2f}x | {t_hf / t_fused:>9.2f}x | {same}")
+            print(f"{n:>10} | {n / t_ours:>10.0f} | {n / t_fused:>11.0f} | {t_plain / t_ours:>13.1f}x | "
+                  f"{n / t_hf:>9.0f} | {t_hf / t_ours:>8.2f}x | {t_hf / t_fused:>9.2f}x | {same}")
 
 
 if __name__ == "__main__":

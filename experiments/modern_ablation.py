@@ -58,15 +58,15 @@ def run_variant(name: str, seed: int, steps: int, data) -> dict:
     "Train one variant for `steps` steps; its final validation loss, parameter count and training tokens/s."
     _, train_ids, val_ids = data
     cfg = matched_config(name)
-    train_cfg = TrainConfig(max_iters=steps, batch_size=12, learning_rate=3e-3, min_lr=3e-4, warmup_iters=min(50, steps),
-                            eval_interval=steps, eval_iters=20, seed=seed)
+    train_cfg = TrainConfig(max_iters=steps, batch_size=12, learning_rate=3e-3, min_lr=3e-4,
+                            warmup_iters=min(50, steps), eval_interval=steps, eval_iters=20, seed=seed)
     torch.manual_seed(seed)
     model = GPT(cfg)
     start = time.perf_counter()
     history = train(model, train_ids, val_ids, train_cfg, progress=False)
     seconds = time.perf_counter() - start
-    return {"val_loss": history.val_loss[-1], "train_loss": history.train_loss[-1], "n_params": model.n_params(), "d_ff": cfg.d_ff,
-            "tokens_per_s": steps * train_cfg.batch_size * cfg.context_length / seconds}
+    return {"val_loss": history.val_loss[-1], "train_loss": history.train_loss[-1], "n_params": model.n_params(),
+            "d_ff": cfg.d_ff, "tokens_per_s": steps * train_cfg.batch_size * cfg.context_length / seconds}
 
 
 def max_logit_run(qk_norm: bool, seed: int, steps: int, lr: float, data) -> list[float]:

@@ -189,7 +189,7 @@ def test_console_script(tmp_path, trained):
     assert res.returncode == 2 and res.stderr == "error: batch_size=0 must be an int >= 1\n"
 
 
-# ---------------------------------------------------------------- issue 12: short runs, checkpoint files, execution, data
+# ------------------------------------------------------------- issue 12: short runs, checkpoint files, execution, data
 _W = TINY.index("--warmup-iters")
 SHORT_TINY = TINY[:_W] + TINY[_W + 2:]  # keep the default 100-step warm-up
 
@@ -213,11 +213,13 @@ def test_execution_options_train_and_resume(tmp_path, corpus):
     assert status == 0, err
     cfg = load_checkpoint(tmp_path/"x")["train_config"]
     assert (cfg["dtype"], cfg["grad_accum_steps"]) == ("bfloat16", 2)
-    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"x", "--resume", "--max-iters", 6, "--no-progress",
-                         "--dtype", "float32", "--grad-accum-steps", 1)  # execution settings may change on resume
+    # execution settings may change on resume
+    status, _, err = run("train", "--data", corpus, "--out", tmp_path/"x", "--resume", "--max-iters", 6,
+                         "--no-progress", "--dtype", "float32", "--grad-accum-steps", 1)
     assert status == 0, err
     status, _, err = run("train", "--data", corpus, "--out", tmp_path/"y", *TINY, "--grad-accum-steps", 3)
-    assert status == 2 and err.startswith("error: batch_size=4 is not divisible into 1 process(es) x grad_accum_steps=3")
+    assert status == 2 and err.startswith("error: batch_size=4 is not divisible into 1 process(es) "
+                                          "x grad_accum_steps=3")
     assert err.count("\n") == 1
     status, _, err = run("train", "--out", tmp_path/"z", "--device", "tpu")
     assert status == 2 and "device='tpu' must be auto, cpu, cuda or mps" in err

@@ -74,7 +74,8 @@ def test_classifier_is_batch_independent_and_matches_single_scoring():
     for batch_size in (1, 3, 256):
         assert classify_by_likelihood(model, tok, prompts, cands, batch_size=batch_size).tolist() == expected
     mean_pred = classify_by_likelihood(model, tok, prompts, cands, reduction="mean")
-    assert mean_pred.tolist() == [int(score_candidates(model, tok, p, c, "mean").argmax()) for p, c in zip(prompts, cands)]
+    assert mean_pred.tolist() == [int(score_candidates(model, tok, p, c, "mean").argmax())
+                                  for p, c in zip(prompts, cands)]
 
 
 @pytest.mark.parametrize("call, message", [

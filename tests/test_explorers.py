@@ -39,7 +39,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 
 def chromium() -> str:
     import os
-    for path in [os.environ.get("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"]:
+    for path in [os.environ.get("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser",
+                 "/usr/bin/google-chrome"]:
         if path and os.access(path, os.X_OK):
             return path
     pytest.fail("The explorer test needs Chromium: run `make browser` (apt-get install chromium), "
@@ -58,7 +59,8 @@ def test_cell_options_are_parsed_and_applied():
     ])
     out = figures.translate(nb, nb2myst.translate)
     code = [c for c in out.cells if c.cell_type == "code"]
-    assert code[0].metadata["mystnb"] == {"figure": {"caption": "Loss against steps"}, "image": {"alt": "A falling curve"}}
+    assert code[0].metadata["mystnb"] == {"figure": {"caption": "Loss against steps"},
+                                          "image": {"alt": "A falling curve"}}
     assert "#|" not in code[0].source
     assert "hide-input" in code[1].metadata["tags"]
     assert "hide-input" not in code[2].metadata.get("tags", [])
@@ -108,7 +110,8 @@ def test_diagrams_are_placed_as_numbered_figures_with_alt_text():
         fig = next((f for f in figs if f"figures/{name}.svg" in f), None)
         assert fig, f"{stem} does not show the {name} diagram as a figure"
         alt = re.search(r"^:alt: (.+)$", fig, re.M)
-        assert alt and len(alt.group(1)) > 80 and ".svg" not in alt.group(1), f"{name}: the alt text does not describe it"
+        assert alt and len(alt.group(1)) > 80 and ".svg" not in alt.group(1), \
+            f"{name}: the alt text does not describe it"
         assert fig.rstrip("`\n").strip().split("\n")[-1].strip(), f"{name} has no caption"
 
 
@@ -249,7 +252,8 @@ def test_sampling_explorer(page, base_url):
     from transformerbook.sampling import warp_logits
     root = open_explorer(page, base_url, "sampling")
     lm, tok = char_model()
-    for control, value in [("temperature", 0.7), ("top_p", 0.9), ("top_k", 2), ("top_k", 0), ("prompt", 1), ("prompt", 0)]:
+    for control, value in [("temperature", 0.7), ("top_p", 0.9), ("top_k", 2), ("top_k", 0),
+                           ("prompt", 1), ("prompt", 0)]:
         assert_responds(root, control, value)
     # keyboard: the arrow key moves the focused slider and the view follows
     before = view_text(root)
@@ -299,7 +303,8 @@ def test_attention_explorer(page, base_url):
             assert rows.count() == min(5, query + 1)
             for i in range(rows.count()):
                 key = int(rows.nth(i).get_attribute("data-key"))
-                assert rows.nth(i).locator(".tbx-weight").inner_text() == f"{weights[key].item():.3f}", (layer, head, query, key)
+                assert rows.nth(i).locator(".tbx-weight").inner_text() == f"{weights[key].item():.3f}", \
+                    (layer, head, query, key)
             top = torch.topk(weights[:query + 1], rows.count()).values
             assert float(rows.nth(0).locator(".tbx-weight").inner_text()) == pytest.approx(top[0].item(), abs=6e-4)
     finish(page, root, "attention", base_url)
@@ -399,7 +404,8 @@ def test_chinchilla_explorer(page, base_url):
             n_cell, d_cell = root.locator(".tbx-n"), root.locator(".tbx-d")
             assert float(n_cell.get_attribute("data-value")) == pytest.approx(n_opt, rel=1e-9)
             assert float(d_cell.get_attribute("data-value")) == pytest.approx(d_opt, rel=1e-9)
-            assert float(n_cell.inner_text()) == float(f"{n_opt:.3g}") and float(d_cell.inner_text()) == float(f"{d_opt:.3g}")
+            assert (float(n_cell.inner_text()) == float(f"{n_opt:.3g}")
+                    and float(d_cell.inner_text()) == float(f"{d_opt:.3g}"))
             assert float(root.locator(".tbx-loss").inner_text()) == pytest.approx(law.loss(n_opt, d_opt), abs=6e-4)
         set_value(root, "log10_flops", 22)  # the slider: C = 10^22
         n_opt, _ = law.compute_optimal(1e22)
@@ -425,7 +431,8 @@ def test_figures_are_numbered_with_captions_and_alt_text(site, chrome, base_url)
     for stem in CHAPTERS.values():
         page.goto(f"{base_url}/{stem}.html", wait_until="load")
         images = page.evaluate("""() => [...document.querySelectorAll('article img')].map(i => ({
-            alt: i.alt, src: i.getAttribute('src'), number: i.closest('figure')?.querySelector('.caption-number')?.textContent}))""")
+            alt: i.alt, src: i.getAttribute('src'),
+            number: i.closest('figure')?.querySelector('.caption-number')?.textContent}))""")
         assert images, stem
         for img in images:
             assert img["alt"] and "/" not in img["alt"] and not img["alt"].endswith((".png", ".svg")), (stem, img)

@@ -90,7 +90,8 @@ def test_rotary_score_depends_only_on_the_offset(i, j, s, seed, d_head):
         a = torch.cat([t * omega, t * omega])
         return apply_rotary(x, a.cos(), a.sin())
 
-    torch.testing.assert_close((rot(q, i) * rot(k, j)).sum(), (rot(q, i + s) * rot(k, j + s)).sum(), atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close((rot(q, i) * rot(k, j)).sum(), (rot(q, i + s) * rot(k, j + s)).sum(),
+                               atol=1e-9, rtol=1e-9)
 
 
 @pytest.mark.parametrize("theta,scaling", [(10000.0, None), (500000.0, None), (500000.0, LLAMA31)])
@@ -110,7 +111,8 @@ def test_rotary_errors_name_the_values():
     with pytest.raises(ValueError, match="d_head=7 must be a positive even int"): RotaryEmbedding(7, 8)
     with pytest.raises(ValueError, match="position 8 is beyond the rotary table's context_length=8"):
         RotaryEmbedding(4, 8)(torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4), torch.tensor([7, 8]))
-    with pytest.raises(ValueError, match="only rope_type='llama3'"): rotary_frequencies(8, scaling={"rope_type": "yarn"})
+    with pytest.raises(ValueError, match="only rope_type='llama3'"):
+        rotary_frequencies(8, scaling={"rope_type": "yarn"})
     with pytest.raises(ValueError, match="needs an even d_head, got d_head=5"):
         GPTConfig(d_model=20, n_heads=4, positional="rotary")
     model = GPT(GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=2, n_layers=1, positional="rotary"))
@@ -125,7 +127,8 @@ def test_swiglu_parity_of_parameters_and_hugging_face_mlp():
                                        num_attention_heads=4)).model.layers[0].mlp
     ours = SwiGLUFeedForward(24, 40)
     with torch.no_grad():
-        for a, b in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")): getattr(ours, a).weight.copy_(getattr(mlp, b).weight)
+        for a, b in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")):
+            getattr(ours, a).weight.copy_(getattr(mlp, b).weight)
     x = torch.randn(3, 24)
     torch.testing.assert_close(ours(x), mlp(x))
     with pytest.raises(ValueError, match="activation='swish'"): make_mlp(8, 8, activation="swish")
@@ -140,7 +143,8 @@ def test_gqa_cache_shrinks_and_stays_exact(n_kv_heads):
     steps += [mha(x[:, t:t + 1], mask=causal_mask(1, t + 1), layer_cache=cache) for t in range(3, 7)]
     torch.testing.assert_close(torch.cat(steps, 1), mha(x, mask=causal_mask(7)))
     assert cache.k.shape == (2, n_kv_heads, 7, 8)
-    with pytest.raises(ValueError, match="n_heads=4 is not divisible by n_kv_heads=3"): MultiHeadAttention(32, 4, n_kv_heads=3)
+    with pytest.raises(ValueError, match="n_heads=4 is not divisible by n_kv_heads=3"):
+        MultiHeadAttention(32, 4, n_kv_heads=3)
 
 
 def test_gqa_equals_mha_with_repeated_key_value_heads():
@@ -149,7 +153,8 @@ def test_gqa_equals_mha_with_repeated_key_value_heads():
     with torch.no_grad():
         for name in ("q_proj", "out_proj"): getattr(mha, name).load_state_dict(getattr(gqa, name).state_dict())
         for name in ("k_proj", "v_proj"):
-            getattr(mha, name).weight.copy_(getattr(gqa, name).weight.view(2, 4, 16).repeat_interleave(2, 0).reshape(16, 16))
+            getattr(mha, name).weight.copy_(
+                getattr(gqa, name).weight.view(2, 4, 16).repeat_interleave(2, 0).reshape(16, 16))
             getattr(mha, name).bias.copy_(getattr(gqa, name).bias.view(2, 4).repeat_interleave(2, 0).reshape(16))
     x = torch.randn(2, 6, 16)
     torch.testing.assert_close(gqa(x, mask=causal_mask(6)), mha(x, mask=causal_mask(6)))
@@ -163,14 +168,16 @@ def test_kv_cache_bytes_measured_on_the_model_equal_the_formula(n_kv_heads, dtyp
     with torch.no_grad():
         model(torch.randint(0, 30, (2, 9)), kv_cache=cache)
         model(torch.randint(0, 30, (2, 1)), kv_cache=cache)
-    assert cache.n_bytes == kv_cache_bytes(cfg, 10, 2, dtype) == 2 * 3 * n_kv_heads * 4 * 10 * 2 * (4 if dtype == torch.float32 else 8)
+    assert cache.n_bytes == kv_cache_bytes(cfg, 10, 2, dtype) == (2 * 3 * n_kv_heads * 4 * 10 * 2
+                                                                  * (4 if dtype == torch.float32 else 8))
 
 
 def test_llama3_kv_table_from_configs():
     for layers, heads, hidden, per_token in ((32, 32, 4096, 131072), (80, 64, 8192, 327680)):
-        cfg = config_from_llama(dict(model_type="llama", vocab_size=128256, hidden_size=hidden, intermediate_size=4 * hidden,
-                                     num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=8,
-                                     rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=8192))
+        cfg = config_from_llama(dict(model_type="llama", vocab_size=128256, hidden_size=hidden,
+                                     intermediate_size=4 * hidden, num_hidden_layers=layers,
+                                     num_attention_heads=heads, num_key_value_heads=8, rms_norm_eps=1e-5,
+                                     rope_theta=500000.0, max_position_embeddings=8192))
         assert kv_cache_bytes(cfg, 1, dtype=torch.bfloat16) == per_token
         assert kv_cache_bytes(replace(cfg, n_kv_heads=heads), 1, dtype=torch.bfloat16) == per_token * heads // 8
 
@@ -195,8 +202,8 @@ def test_logits_and_every_gradient_equal_hugging_face(kind, n_kv_heads, tie):
         names |= {f"blocks.{i}.ln_1.weight": f"model.layers.{i}.input_layernorm.weight",
                   f"blocks.{i}.ln_2.weight": f"model.layers.{i}.post_attention_layernorm.weight",
                   **{f"blocks.{i}.attn.{o}.weight": f"model.layers.{i}.self_attn.{t}.weight"
-                     for o, t in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"), ("out_proj", "o_proj"),
-                                  ("q_norm", "q_norm"), ("k_norm", "k_norm"))},
+                     for o, t in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"),
+                                  ("out_proj", "o_proj"), ("q_norm", "q_norm"), ("k_norm", "k_norm"))},
                   **{f"blocks.{i}.mlp.{o}.weight": f"model.layers.{i}.mlp.{t}.weight"
                      for o, t in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj"))}}
     checked = 0
@@ -238,19 +245,23 @@ def test_loader_and_config_errors_name_the_problem():
         load_llama_state_dict(GPT(cfg), {k: v for k, v in sd.items() if k != "model.layers.0.self_attn.k_norm.weight"})
     with pytest.raises(ValueError, match="does not use"):
         load_llama_state_dict(GPT(cfg), sd | {"model.layers.7.mlp.up_proj.weight": torch.zeros(1)})
-    with pytest.raises(ValueError, match=r"layers.1.self_attn.k_proj.weight has shape \(128, 64\), expected \(64, 64\)"):
+    with pytest.raises(ValueError,
+                       match=r"layers.1.self_attn.k_proj.weight has shape \(128, 64\), expected \(64, 64\)"):
         load_llama_state_dict(GPT(cfg), sd | {"model.layers.1.self_attn.k_proj.weight": torch.zeros(128, 64)})
     with pytest.raises(ValueError, match="model_type='mixtral'"): config_from_llama({"model_type": "mixtral"})
-    with pytest.raises(ValueError, match="hidden_act='gelu'"): config_from_llama({**hf.config.to_dict(), "hidden_act": "gelu"})
-    with pytest.raises(ValueError, match="use_sliding_window=True"): config_from_llama({**hf.config.to_dict(), "use_sliding_window": True})
-    with pytest.raises(OSError, match="is not a local folder"): from_pretrained_llama("/no/such/folder", local_files_only=True)
+    with pytest.raises(ValueError, match="hidden_act='gelu'"):
+        config_from_llama({**hf.config.to_dict(), "hidden_act": "gelu"})
+    with pytest.raises(ValueError, match="use_sliding_window=True"):
+        config_from_llama({**hf.config.to_dict(), "use_sliding_window": True})
+    with pytest.raises(OSError, match="is not a local folder"):
+        from_pretrained_llama("/no/such/folder", local_files_only=True)
 
 
 def test_gpt2_configs_and_checkpoints_are_unchanged():
     "The switches default to GPT-2's choices and leave GPT-2's dict (and so checkpoints and cache keys) as before."
     d = GPTConfig.gpt2_small().to_dict()
-    assert set(d) == {"vocab_size", "context_length", "d_model", "n_heads", "n_layers", "d_ff", "dropout", "bias", "norm",
-                      "tie_weights", "activation", "positional", "layer_norm_eps", "fused"}
+    assert set(d) == {"vocab_size", "context_length", "d_model", "n_heads", "n_layers", "d_ff", "dropout", "bias",
+                      "norm", "tie_weights", "activation", "positional", "layer_norm_eps", "fused"}
     modern = GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=4, n_kv_heads=2, n_layers=1, qk_norm=True)
     assert GPTConfig.from_dict(modern.to_dict()) == modern and modern.to_dict()["n_kv_heads"] == 2
     torch.manual_seed(0)
@@ -273,7 +284,8 @@ def test_gpt2_init_scales_residual_projections_for_every_mlp():
 
 def test_blocks_take_keyword_arguments_only_after_n_heads():
     with pytest.raises(TypeError): TransformerBlock(16, 4, 64)
-    assert TransformerBlock(16, 4, d_ff=64, normalization="rms", activation="swiglu", n_kv_heads=2).mlp.w1.out_features == 64
+    assert TransformerBlock(16, 4, d_ff=64, normalization="rms", activation="swiglu",
+                            n_kv_heads=2).mlp.w1.out_features == 64
 
 
 def test_mask_is_checked_once_per_model_call(monkeypatch):

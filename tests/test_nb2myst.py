@@ -190,7 +190,8 @@ def test_exercise_numbers_of_any_chapter_are_boxed(number):
         new_markdown_cell("#### Solution"), new_code_cell("solve()"),
         new_markdown_cell(f"### Question {number}0 — Why? (poll)"), new_markdown_cell("#### Answer\n\nBecause.")]))
     dashed = number.replace(".", "-")
-    assert nb.cells[0].source.startswith(f"~~~{{exercise-start}} Exercise {number} — Title (★☆☆)\n:label: ex-{dashed}\n")
+    assert nb.cells[0].source.startswith(f"~~~{{exercise-start}} Exercise {number} — Title (★☆☆)\n"
+                                         f":label: ex-{dashed}\n")
     assert nb2myst.box_labels(nb) == [f"ex-{dashed}", f"sol-{dashed}", f"q-{dashed}0", f"ans-{dashed}0"]
     assert not any(c.source.startswith("####") for c in nb.cells), "a Solution/Answer heading was left bare"
 
@@ -218,7 +219,8 @@ def test_without_solutions_the_solution_cells_are_left_out(sample_chapter):
     assert nb2myst.box_labels(nb) == ["ex-99-1", "q-99-2"]
     assert "raise NotImplementedError" in text and "Why would anyone add one?" in text  # the exercises stay
     after = new_notebook(cells=[new_markdown_cell("### Exercise 1.1 — A"), new_markdown_cell("#### Solution"),
-                                new_code_cell("secret()"), new_markdown_cell("## Next section"), new_code_cell("kept()")])
+                                new_code_cell("secret()"), new_markdown_cell("## Next section"),
+                                new_code_cell("kept()")])
     assert [c.source for c in nb2myst.translate(after, solutions=False).cells][-2:] == ["## Next section", "kept()"]
 
 

@@ -397,13 +397,15 @@ def test_beam_search_equals_hugging_face(seed):
     for trial in range(5):
         prompt = [rng.randrange(2, hf.config.vocab_size) for _ in range(rng.randint(1, 8))]
         kw = dict(max_new_tokens=rng.randint(1, 30), num_beams=rng.choice([2, 3, 4]),
-                  length_penalty=rng.choice([-1.0, 0.0, 0.5, 1.0, 2.0]), early_stopping=rng.choice([False, True, "never"]))
+                  length_penalty=rng.choice([-1.0, 0.0, 0.5, 1.0, 2.0]),
+                  early_stopping=rng.choice([False, True, "never"]))
         hf_kw = dict(attention_mask=torch.ones(1, len(prompt), dtype=torch.long), eos_token_id=1, pad_token_id=1, **kw)
         expected = hf.generate(torch.tensor([prompt]), do_sample=False, **hf_kw)[0]
         assert beam_search(ours, prompt, eos_token_id=1, **kw)[0].tolist() == expected.tolist(), (trial, kw)
         torch.manual_seed(seed * 100 + trial)
         expected = hf.generate(torch.tensor([prompt]), do_sample=True, top_k=0, **hf_kw)[0]
-        got, _ = beam_search(ours, prompt, eos_token_id=1, generator=torch.Generator().manual_seed(seed * 100 + trial), **kw)
+        got, _ = beam_search(ours, prompt, eos_token_id=1,
+                             generator=torch.Generator().manual_seed(seed * 100 + trial), **kw)
         assert got.tolist() == expected.tolist(), ("stochastic", trial, kw)
 
 
@@ -415,7 +417,8 @@ def test_beam_search_sweep_is_not_vacuous():
         rng, hf, ours = _hf_pair(seed)
         for _ in range(5):
             prompt = [rng.randrange(2, hf.config.vocab_size) for _ in range(rng.randint(1, 8))]
-            outs = {a: beam_search(ours, prompt, 20, 3, length_penalty=a, eos_token_id=1)[0].tolist() for a in (-1.0, 2.0)}
+            outs = {a: beam_search(ours, prompt, 20, 3, length_penalty=a, eos_token_id=1)[0].tolist()
+                    for a in (-1.0, 2.0)}
             n_short += any(len(o) < len(prompt) + 20 for o in outs.values())
             n_alpha_matters += outs[-1.0] != outs[2.0]
     assert n_short >= 10 and n_alpha_matters >= 3, (n_short, n_alpha_matters)
@@ -432,7 +435,8 @@ def test_beam_search_properties():
         assert beam_search(model, prompt, 12, 1)[0].tolist() == greedy.tolist()
         seq, score = beam_search(model, prompt, 12, 4, length_penalty=0.7)
         with torch.no_grad():
-            logp = sum(model(seq[None, max(0, t - 8):t])[0, -1].double().log_softmax(-1)[seq[t]].item() for t in range(3, 15))
+            logp = sum(model(seq[None, max(0, t - 8):t])[0, -1].double().log_softmax(-1)[seq[t]].item()
+                       for t in range(3, 15))
         assert math.isclose(score, logp / 12 ** 0.7, rel_tol=1e-4)
     with pytest.raises(ValueError, match="max_new_tokens=0"): beam_search(model, [1], 0, 2)
     with pytest.raises(ValueError, match="eos_token_id=30"): beam_search(model, [1], 3, 2, eos_token_id=30)

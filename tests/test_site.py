@@ -135,7 +135,8 @@ CODE_JS = """() => {
   document.querySelectorAll("article details").forEach(d => { d.open = true; });
   return [...document.querySelectorAll("article div.highlight pre")].filter(p => !p.closest("div.cell_output"))
     .map(p => ({ longest: Math.max(...p.textContent.split("\\n").map(line => line.length)),
-                 scrolls: p.scrollWidth > p.clientWidth + 1, copy: !!p.parentElement.querySelector("button.copybtn") }));
+                 scrolls: p.scrollWidth > p.clientWidth + 1,
+                 copy: !!p.parentElement.querySelector("button.copybtn") }));
 }"""
 # What the browser reads on every page, in one pass (see `visited`).
 FACTS_JS = """() => {

@@ -488,7 +488,8 @@ def test_float16_scaler_skips_an_overflowing_step():
 
 def test_compiled_step_matches_eager(tmp_path, monkeypatch):
     """compile=True sends the step through torch.compile and still saves plain weights. Dynamo's "eager" backend keeps
-    the test fast (inductor's C++ build takes over a minute on two cores; bench/bench_training.py times the real one)."""
+    the test fast (inductor's C++ build takes over a minute on two cores; bench/bench_training.py times the real
+    one)."""
     from transformerbook import training
     calls, real_compile = [], torch.compile
     def compile_eager(model, **kw):

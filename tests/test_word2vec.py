@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from transformerbook.checks.word2vec import META_CASES, check_negative_sampling_loss
-from transformerbook.word2vec import (SkipGram, draw_negatives, most_similar, negative_sampling_loss, noise_distribution,
-                                      skipgram_pairs, skipgram_softmax_loss, words_of)
+from transformerbook.word2vec import (SkipGram, draw_negatives, most_similar, negative_sampling_loss,
+                                      noise_distribution, skipgram_pairs, skipgram_softmax_loss, words_of)
 
 
 @pytest.mark.parametrize("T,c", [(2, 1), (10, 3), (31, 5)])
@@ -65,7 +65,8 @@ def test_checker_accepts_reference_and_names_each_mistake(capsys):
         with pytest.raises(AssertionError, match=case.hints[name]): check_negative_sampling_loss(wrong)
     def mean_of_noise(model, c, o, n):
         v = model.center(c)
-        return -(F.logsigmoid((model.context(o) * v).sum(-1)) + F.logsigmoid(-(model.context(n) * v[:, None]).sum(-1)).mean(-1)).mean()
+        return -(F.logsigmoid((model.context(o) * v).sum(-1))
+                 + F.logsigmoid(-(model.context(n) * v[:, None]).sum(-1)).mean(-1)).mean()
     with pytest.raises(AssertionError, match="summed over the K words"): check_negative_sampling_loss(mean_of_noise)
 
 

@@ -24,8 +24,8 @@ import nbformat
 
 OPTIONS = ("fig-cap", "fig-alt", "explorer", "explorer-after")
 _OPTION = re.compile(r"^[ \t]*#\|[ \t]*(" + "|".join(map(re.escape, OPTIONS)) + r")[ \t]*:[ \t]*(.*?)[ \t]*$", re.M)
-_IMAGE_FIGURE = re.compile(r"\A\s*!\[(?P<alt>[^\]]*)\]\((?P<src>[^)\s]+)\)\s*(?:\n\s*\n\s*Figure:[ \t]*(?P<cap>.+?))?\s*\Z",
-                           re.S)
+_IMAGE_FIGURE = re.compile(r"\A\s*!\[(?P<alt>[^\]]*)\]\((?P<src>[^)\s]+)\)\s*"
+                           r"(?:\n\s*\n\s*Figure:[ \t]*(?P<cap>.+?))?\s*\Z", re.S)
 
 
 def cell_options(source: str) -> dict[str, str]:

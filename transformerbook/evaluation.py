@@ -70,7 +70,8 @@ def sequence_log_likelihood(model: nn.Module, # our `GPT`, or a Hugging Face cau
     log P(token_t | tokens_<t), read from one forward pass in eval mode. Raises `ValueError` for a bad reduction,
     token ids that are not (B, T) int64 with T >= 2, a mask of another shape or dtype, or a row with nothing scored."""
     if reduction not in ("sum", "mean"): raise ValueError(f"reduction={reduction!r} must be 'sum' or 'mean'")
-    if not isinstance(token_ids, Tensor) or token_ids.dim() != 2 or token_ids.dtype != torch.long or token_ids.shape[1] < 2:
+    if (not isinstance(token_ids, Tensor) or token_ids.dim() != 2 or token_ids.dtype != torch.long
+            or token_ids.shape[1] < 2):
         raise ValueError(f"token_ids must be a (B, T) int64 tensor with T >= 2, got "
                          f"{tuple(getattr(token_ids, 'shape', ()))} {getattr(token_ids, 'dtype', type(token_ids))}")
     if loss_mask is None: loss_mask = torch.ones_like(token_ids, dtype=torch.bool)
@@ -88,7 +89,8 @@ def sequence_log_likelihood(model: nn.Module, # our `GPT`, or a Hugging Face cau
     finally:
         model.train(was_training)
     B, T, V = logits.shape  # position t-1 predicts token t: log P = -cross-entropy, without a (B, T-1, V) copy
-    token_lp = -torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V), token_ids[:, 1:].reshape(-1).to(device),
+    token_lp = -torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V),
+                                                  token_ids[:, 1:].reshape(-1).to(device),
                                                   reduction="none").view(B, T - 1).cpu()  # (B, T-1)
     total = (token_lp * mask).sum(-1)  # (B,)
     return total if reduction == "sum" else total / mask.sum(-1)
@@ -186,7 +188,8 @@ def accuracy_with_ci(predictions, # (N,) predicted labels (tensor or list)
     "Accuracy of `predictions` against `answers` with its 95% Wilson interval. `ValueError` if the lengths differ."
     predictions, answers = torch.as_tensor(predictions), torch.as_tensor(answers)
     if predictions.shape != answers.shape or predictions.dim() != 1:
-        raise ValueError(f"predictions {tuple(predictions.shape)} and answers {tuple(answers.shape)} must be equal (N,)")
+        raise ValueError(f"predictions {tuple(predictions.shape)} and answers {tuple(answers.shape)} "
+                         "must be equal (N,)")
     k, n = int((predictions == answers).sum()), len(answers)
     low, high = wilson_interval(k, n)
     return {"accuracy": k / n, "low": low, "high": high, "n": n}
@@ -261,7 +264,8 @@ def cloze_task(text: str, n_examples: int = 200, n_candidates: int = 4, seed: in
     items = []
     for offset, line, m in rng.sample(gaps, n_examples):
         word = m.group()
-        words, answer = _shuffled_in(rng, word, rng.sample([w for w in by_len[len(word)] if w != word], n_candidates - 1))
+        words, answer = _shuffled_in(rng, word,
+                                     rng.sample([w for w in by_len[len(word)] if w != word], n_candidates - 1))
         items.append({"prompt": text[offset - context_chars:offset], "answer": answer, "word": word,
                       "candidates": [line[:m.start()] + w + line[m.end():] + "\n" for w in words]})
     return items
@@ -270,7 +274,8 @@ def cloze_task(text: str, n_examples: int = 200, n_candidates: int = 4, seed: in
 GPT2_PROMPTS = {  # J&M 10.7's examples
     "sentiment": [("The sentiment of the sentence 'I like Jackie Chan' is:", [" positive", " negative"]),
                   ("The sentiment of the sentence 'I hate Jackie Chan' is:", [" positive", " negative"])],
-    "qa": [("Q: Who wrote the book ''The Origin of Species''? A:", [" Charles Darwin", " Jane Austen", " Isaac Newton"])],
+    "qa": [("Q: Who wrote the book ''The Origin of Species''? A:",
+            [" Charles Darwin", " Jane Austen", " Isaac Newton"])],
     "tldr": ["The only thing crazier than a guy in snowbound Massachusetts boxing up the powdery white stuff and "
              "offering it for sale online? People are actually buying it. For $89, self-styled entrepreneur Kyle "
              "Waring will ship you 6 pounds of Boston-area snow in an insulated Styrofoam box. tl;dr:"],
@@ -364,7 +369,8 @@ def lsh_candidate_pairs(signatures: Sequence[np.ndarray], # N signatures of leng
                         n_bands: int, # b
                         rows: int, # r; b * r must be <= P
                        ) -> set: # {(i, j)} with i < j: pairs sharing at least one band
-    "Candidate near-duplicate pairs by MinHash LSH banding (Leskovec, Rajaraman & Ullman, Mining of Massive Datasets §3.4)."
+    ("Candidate near-duplicate pairs by MinHash LSH banding (Leskovec, Rajaraman & Ullman, "
+     "Mining of Massive Datasets §3.4).")
     if n_bands * rows > len(signatures[0]):
         raise ValueError(f"n_bands * rows = {n_bands * rows} exceeds the signature length {len(signatures[0])}")
     buckets = defaultdict(list)
@@ -444,7 +450,8 @@ def model_card(path: str | Path, # a checkpoint file or a run folder
     n_params = GPT(GPTConfig.from_dict(m)).n_params()  # counts tied weights once (chapter 6)
     tok = (ckpt["tokenizer"] or {}).get("kind", "none stored")
     corpus = ("TinyShakespeare (1,115,394 characters of Shakespeare's plays; nanoGPT's split: first 90% train, "
-              "last 10% validation)" if data == "tinyshakespeare" else f"`{data}` (first 90% train, last 10% validation)")
+              "last 10% validation)" if data == "tinyshakespeare"
+              else f"`{data}` (first 90% train, last 10% validation)")
     lines = [f"# Model card: {Path(checkpoint_file(path)).parent.name or 'transformerbook GPT'}", "",
              "## Model", "",
              f"- A decoder-only transformer language model (transformerbook `lm_head.GPT`): {m['n_layers']} layers, "

@@ -36,7 +36,8 @@ def config_from_llama(hf_config, # a `transformers.LlamaConfig`/`Qwen3Config` or
     d = dict(hf_config if isinstance(hf_config, dict) else hf_config.to_dict())
     kind = d.get("model_type")
     if kind not in LLAMA_FAMILY: raise ValueError(f"model_type={kind!r} is not one of {list(LLAMA_FAMILY)}")
-    if d.get("hidden_act", "silu") != "silu": raise ValueError(f"hidden_act={d['hidden_act']!r}: only 'silu' (SwiGLU) maps")
+    if d.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act={d['hidden_act']!r}: only 'silu' (SwiGLU) maps")
     if d.get("attention_bias", False) != d.get("mlp_bias", False):
         raise ValueError(f"attention_bias={d.get('attention_bias')} and mlp_bias={d.get('mlp_bias')} differ; "
                          f"GPTConfig has one bias switch")
@@ -78,7 +79,8 @@ def load_llama_state_dict(model: GPT, # a Llama/Qwen3-style GPT (e.g. GPT(config
             if c.bias: new[f"{b}attn.{ours}.bias"] = take(f"{h}self_attn.{theirs}.bias", (shape[0],))
         if c.qk_norm:
             for n in ("q_norm", "k_norm"): new[f"{b}attn.{n}.weight"] = take(f"{h}self_attn.{n}.weight", (Dh,))
-        for theirs, ours, shape in (("gate_proj", "w1", (F, D)), ("up_proj", "w3", (F, D)), ("down_proj", "w2", (D, F))):
+        for theirs, ours, shape in (("gate_proj", "w1", (F, D)), ("up_proj", "w3", (F, D)),
+                                    ("down_proj", "w2", (D, F))):
             new[f"{b}mlp.{ours}.weight"] = take(f"{h}mlp.{theirs}.weight", shape)
             if c.bias: new[f"{b}mlp.{ours}.bias"] = take(f"{h}mlp.{theirs}.bias", (shape[0],))
     if c.tie_weights: sd.pop("lm_head.weight", None)  # a tied checkpoint may store the shared matrix twice

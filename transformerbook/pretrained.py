@@ -48,7 +48,8 @@ def config_from_hf(hf_config, # a `transformers.GPT2Config` or its `to_dict()`
             raise ValueError(f"{field}={d[field]!r} is not supported by GPT (only {field}={ok} maps onto GPTConfig)")
     act = d.get("activation_function", "gelu_new")
     if act not in _HF_ACTIVATIONS:
-        raise ValueError(f"activation_function={act!r} has no counterpart in GPTConfig; supported: {sorted(_HF_ACTIVATIONS)}")
+        raise ValueError(f"activation_function={act!r} has no counterpart in GPTConfig; "
+                         f"supported: {sorted(_HF_ACTIVATIONS)}")
     missing = [k for k in ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer") if k not in d]
     if missing: raise ValueError(f"the Hugging Face config lacks the fields {missing}")
     try:
@@ -92,7 +93,8 @@ def load_hf_state_dict(model: GPT, # a GPT-2-shaped GPT (pre-norm, learned posit
     """Copy Hugging Face GPT-2 weights into `model`, transposing `Conv1D` weights (in, out) -> (out, in) and
     splitting `c_attn` into q/k/v. Raises `ValueError` naming the tensor if one is missing, surplus or misshapen."""
     c = model.config
-    if c.norm != "pre" or c.positional != "learned" or not c.bias or c.normalization != "layer" or c.activation == "swiglu":
+    if (c.norm != "pre" or c.positional != "learned" or not c.bias or c.normalization != "layer"
+            or c.activation == "swiglu"):
         raise ValueError(f"GPT-2 weights need norm='pre', positional='learned', bias=True, normalization='layer' and "
                          f"a GELU feed-forward; got norm={c.norm!r}, positional={c.positional!r}, bias={c.bias}, "
                          f"normalization={c.normalization!r}, activation={c.activation!r}")
@@ -119,7 +121,8 @@ def load_hf_state_dict(model: GPT, # a GPT-2-shaped GPT (pre-norm, learned posit
     new["ln_f.weight"], new["ln_f.bias"] = take("ln_f.weight", (D,)), take("ln_f.bias", (D,))
     if c.tie_weights:
         if "lm_head.weight" in sd and not torch.equal(take("lm_head.weight", (V, D)), new["embeddings.token.weight"]):
-            raise ValueError("lm_head.weight differs from wte.weight, but tie_weights=True: load it with tie_weights=False")
+            raise ValueError("lm_head.weight differs from wte.weight, but tie_weights=True: "
+                             "load it with tie_weights=False")
     else:
         new["lm_head.weight"] = take("lm_head.weight", (V, D))
     return copy_state(model, new, sd)
@@ -128,7 +131,8 @@ def load_hf_state_dict(model: GPT, # a GPT-2-shaped GPT (pre-norm, learned posit
 def checkpoint_folder(name_or_path: str | os.PathLike, # a local folder, or a Hub model name
                       local_files_only: bool = False, # never use the network
                      ) -> Path:
-    "A local folder as is, or a Hub model name downloaded (config + safetensors) into the Hugging Face cache; `OSError` if neither."
+    ("A local folder as is, or a Hub model name downloaded (config + safetensors) into the Hugging Face cache; "
+     "`OSError` if neither.")
     path = Path(name_or_path).expanduser()
     if path.is_dir(): return path
     if path.exists(): raise ValueError(f"{str(name_or_path)!r} is a file; pass the folder written by save_pretrained")
@@ -148,22 +152,25 @@ def read_state_dict(folder: Path, # a checkpoint folder
     index = folder / "model.safetensors.index.json"
     if index.exists():
         sd = {}
-        for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())): sd.update(load_file(folder / shard))
+        for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+            sd.update(load_file(folder / shard))
         return sd
     if (folder / "pytorch_model.bin").exists():
         return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
     raise FileNotFoundError(f"no model.safetensors, model.safetensors.index.json or pytorch_model.bin in {folder}")
 
 def read_hf_config(folder: Path) -> dict:
-    "The folder's config.json, with Hugging Face's defaults filled in (`AutoConfig`); `FileNotFoundError` if there is none."
+    ("The folder's config.json, with Hugging Face's defaults filled in (`AutoConfig`); "
+     "`FileNotFoundError` if there is none.")
     from transformers import AutoConfig
     if not (folder / "config.json").exists(): raise FileNotFoundError(f"no config.json in {folder}")
     return AutoConfig.from_pretrained(folder).to_dict()
 
 # %% ../nbs/pretrained.ipynb #b15fec51
-def from_pretrained(name_or_path: str | os.PathLike, # a Hub model name ("gpt2", "gpt2-medium", ...) or a save_pretrained folder
-                    local_files_only: bool = False, # never use the network; only a local folder or the HF cache
-                   ) -> GPT: # in eval mode, dropout 0
+def from_pretrained(
+    name_or_path: str | os.PathLike, # a Hub model name ("gpt2", "gpt2-medium", ...) or a save_pretrained folder
+    local_files_only: bool = False, # never use the network; only a local folder or the HF cache
+) -> GPT: # in eval mode, dropout 0
     """Load Hugging Face GPT-2 weights into the book's `GPT` (config via `config_from_hf`, tensors via
     `load_hf_state_dict`); `GPT.from_pretrained` calls this. Raises `OSError` if the files cannot be found or
     fetched, `ValueError` if the config or a tensor does not map."""

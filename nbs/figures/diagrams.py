@@ -54,7 +54,8 @@ def canvas(w, h):
 def transformer_block():
     "Pre-norm (GPT-2, J&M eqs. 10.38-10.43) and post-norm (Vaswani et al., J&M eqs. 10.24-10.31) blocks side by side."
     fig, ax = canvas(8.4, 6.6)
-    for x0, title, pre in ((2.1, "pre-norm (GPT-2, most LLMs)", True), (6.3, "post-norm (original transformer)", False)):
+    for x0, title, pre in ((2.1, "pre-norm (GPT-2, most LLMs)", True),
+                           (6.3, "post-norm (original transformer)", False)):
         ax.text(x0, 6.35, title, ha="center", fontsize=11, fontweight="bold")
         ax.text(x0, 0.2, "x  (B, T, D)", ha="center", fontsize=10)
         spine = x0 - 1.1  # the residual stream runs up on the left
@@ -83,9 +84,9 @@ def transformer_block():
         if pre:
             box(ax, spine, 5.5, 1.5, 0.5, "final LayerNorm\n(last block only)", "norm", 8.5, zorder=2)
         ax.text(x0, 5.95, "to the next block / lm_head", ha="center", fontsize=8.5, color="#555555")
-    ax.text(4.2, -0.25, "Each block maps (B, T, D) to (B, T, D). Pre-norm normalises each sublayer's input and keeps the "
-            "residual stream un-normalised; post-norm normalises after each addition.", ha="center", fontsize=8.5,
-            wrap=True, color="#333333")
+    ax.text(4.2, -0.25, "Each block maps (B, T, D) to (B, T, D). Pre-norm normalises each sublayer's input and keeps "
+            "the residual stream un-normalised; post-norm normalises after each addition.",
+            ha="center", fontsize=8.5, wrap=True, color="#333333")
     return fig
 
 
@@ -94,7 +95,8 @@ def attention_shapes():
     "Scaled dot-product attention for one head, with the shape of every tensor (J&M eqs. 10.14-10.16)."
     fig, ax = canvas(9.6, 4.6)
     box(ax, 0.9, 2.3, 1.3, 0.6, "x\n(B, T, D)")
-    for y, name, w in ((3.7, "q = x W_Q", "(B, T, Dh)"), (2.3, "k = x W_K", "(B, S, Dh)"), (0.9, "v = x W_V", "(B, S, Dh)")):
+    for y, name, w in ((3.7, "q = x W_Q", "(B, T, Dh)"), (2.3, "k = x W_K", "(B, S, Dh)"),
+                       (0.9, "v = x W_V", "(B, S, Dh)")):
         arrow(ax, (1.55, 2.3), (2.45, y), rad=0.0)
         box(ax, 3.2, y, 1.5, 0.62, f"{name}\n{w}", "attn", 9)
     box(ax, 5.0, 3.0, 1.7, 0.7, "scores = q kᵀ / √Dh\n(B, T, S)", "io", 9)
@@ -133,7 +135,8 @@ def kv_cache():
         arrow(ax, (xn + 1.0, y - 0.05), (xn + 0.45, y - 0.05))
         box(ax, xn + 3.7, y - 0.05, 2.2, 0.7, f"weights (B, 1, {n_cached + 1})\nout (B, 1, Dh)", "norm", 9)
         arrow(ax, (xn + 2.2, y - 0.05), (xn + 2.6, y - 0.05))
-        ax.text(1.0 + 0.85 * (n_cached - 1) / 2, y - 0.75, "read from the cache", ha="center", fontsize=8.5, color="#555555")
+        ax.text(1.0 + 0.85 * (n_cached - 1) / 2, y - 0.75, "read from the cache", ha="center", fontsize=8.5,
+                color="#555555")
     ax.text(3.1, 2.45, "red: computed this step, then kept in the cache for the next", fontsize=8.5, color="#d62728")
     ax.text(4.8, 0.2, "cache size per sequence: 2 · n_layers · T · D numbers; each step costs one query, not T",
             ha="center", fontsize=9, color="#333333")
@@ -161,8 +164,8 @@ def moe_routing():
     box(ax, 8.4, 2.5, 1.8, 1.0, "y = Σ over top-k\nweight · expert(x)", "norm", 9)
     for e in range(4):
         arrow(ax, (6.65, 4.1 - e * 1.05), (7.5, 2.5 + (1.5 - e) * 0.2), color="#777777", lw=0.8)
-    ax.text(4.8, 0.05, "top-2 of 4 experts per token (weights renormalised); the other experts do not run for that token",
-            ha="center", fontsize=8.5, color="#333333")
+    ax.text(4.8, 0.05, "top-2 of 4 experts per token (weights renormalised); "
+            "the other experts do not run for that token", ha="center", fontsize=8.5, color="#333333")
     return fig
 
 

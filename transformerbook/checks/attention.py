@@ -342,11 +342,11 @@ def check_poll_softmax_axis(answer, # "A"/"B", "row-wise"/"column-wise", or a fu
 # %% ../../nbs/checks/01_attention.ipynb #18dca372
 _SWAP_OPTIONS = {
     "A": ("[0.1, 0.2, 1.2, 0.1]", ""),
-    "B": ("[0.1, 0.6, 0.4, 0.1]", "you kept each weight at its POSITION (0.2 at position 2, 0.6 at position 3). A weight "
-          "a_4j is computed from q_4 and k_j, and the key travels with its vector: [0, 0, 2, 0] still gets 0.6 wherever "
-          "it sits, so the weighted sum has the same terms in another order."),
-    "C": ("[0.1, 0.2, 0.6, 0.1]", "you used the weight 0.6 but not the vector it multiplies: with W_v = I the value v_j "
-          "is x_j itself, and x = [0, 0, 2, 0] contributes 0.6 · 2 = 1.2 to the third entry."),
+    "B": ("[0.1, 0.6, 0.4, 0.1]", "you kept each weight at its POSITION (0.2 at position 2, 0.6 at position 3). "
+          "A weight a_4j is computed from q_4 and k_j, and the key travels with its vector: [0, 0, 2, 0] still gets "
+          "0.6 wherever it sits, so the weighted sum has the same terms in another order."),
+    "C": ("[0.1, 0.2, 0.6, 0.1]", "you used the weight 0.6 but not the vector it multiplies: with W_v = I the value "
+          "v_j is x_j itself, and x = [0, 0, 2, 0] contributes 0.6 · 2 = 1.2 to the third entry."),
     "D": ("cannot be computed", "W_q and W_k are unknown, but not needed: swapping two earlier inputs swaps their keys "
           "and values together and leaves q_4 alone, so every input keeps its own weight and x'_4 is the same sum."),
 }
@@ -369,8 +369,9 @@ def check_poll_swap(answer, # a letter "A"-"D", the new x'_4 as 4 numbers, or a 
 META_CASES += [
     MetaCase(check_poll_softmax_axis, "B", wrong={"column-wise": "A", "not an option": "diagonal"},
              hints={"column-wise": "over the queries", "not an option": "not one of the options"}),
-    MetaCase(check_poll_swap, "A", wrong={"weights stay at positions": "B", "value not scaled": "C", "needs W_q, W_k": "D",
+    MetaCase(check_poll_swap, "A", wrong={"weights stay at positions": "B", "value not scaled": "C",
+                                          "needs W_q, W_k": "D",
                                           "weights stay at positions (vector)": [0.1, 0.6, 0.4, 0.1]},
-             hints={"weights stay at positions": "POSITION", "value not scaled": "0.6 · 2 = 1.2", "needs W_q, W_k": "not needed",
-                    "weights stay at positions (vector)": "POSITION"}),
+             hints={"weights stay at positions": "POSITION", "value not scaled": "0.6 · 2 = 1.2",
+                    "needs W_q, W_k": "not needed", "weights stay at positions (vector)": "POSITION"}),
 ]

@@ -85,20 +85,23 @@ def _block_sublayers(seed: int = 0, d_model: int = 16, n_heads: int = 4, T: int 
 @checker("Exercise 4.2 — the pre-norm block")
 def check_pre_norm_block(pre_norm_block: Callable, # pre_norm_block(x, attn, mlp, ln_1, ln_2) -> (B, T, D)
                         ) -> None:
-    "Compare the reader's pre-norm block (J&M eqs. 10.38-10.43) with `TransformerBlock(norm='pre')` on seeded sublayers."
+    ("Compare the reader's pre-norm block (J&M eqs. 10.38-10.43) with `TransformerBlock(norm='pre')` "
+     "on seeded sublayers.")
     block, x, (attn, mlp, ln_1, ln_2) = _block_sublayers()
     with torch.no_grad():
         out = call_learner(pre_norm_block, x, attn, mlp, ln_1, ln_2, what="pre_norm_block")
         expected = block(x, mask=causal_mask(x.shape[1]))
         h_post = ln_1(x + attn(x))
         mistakes = {
-            "this is the post-norm order (J&M eqs. 10.24-10.31); pre-norm normalises the sublayer's *input*: x + attn(ln_1(x)).":
+            "this is the post-norm order (J&M eqs. 10.24-10.31); pre-norm normalises the sublayer's *input*: "
+            "x + attn(ln_1(x)).":
                 ln_2(h_post + mlp(h_post)),
             "the residual around attention is missing: h = x + attn(ln_1(x)) (J&M eq. 10.40).":
                 attn(ln_1(x)) + mlp(ln_2(attn(ln_1(x)))),
             "the residual around the feed-forward network is missing: out = h + mlp(ln_2(h)) (J&M eq. 10.43).":
                 mlp(ln_2(x + attn(ln_1(x)))),
-            "the residual adds the normalised vector; add the unnormalised stream x, so the stream bypasses the LayerNorm.":
+            "the residual adds the normalised vector; add the unnormalised stream x, so the stream bypasses "
+            "the LayerNorm.":
                 (lambda h: ln_2(h) + mlp(ln_2(h)))(ln_1(x) + attn(ln_1(x))),
         }
     hint = diagnose(out, mistakes, "h = x + attn(ln_1(x)); return h + mlp(ln_2(h)).")
@@ -209,12 +212,14 @@ META_CASES = [
     MetaCase(check_pre_norm_block, reference=_pre_norm_ref,
              wrong={"post-norm order": _post_norm_order, "no attention residual": _no_attention_residual,
                     "no feed-forward residual": _no_ffn_residual},
-             hints={"post-norm order": "post-norm order", "no attention residual": "residual around attention is missing",
+             hints={"post-norm order": "post-norm order",
+                    "no attention residual": "residual around attention is missing",
                     "no feed-forward residual": "residual around the feed-forward network is missing"}),
     MetaCase(check_affected_positions, reference=_affected_ref,
              wrong={"assumes no mixing": _only_self, "compares with the input": _compare_with_input,
                     "perturbs every position": _perturb_everything},
-             hints={"assumes no mixing": "only position t itself", "compares with the input": "your baseline is the input",
+             hints={"assumes no mixing": "only position t itself",
+                    "compares with the input": "your baseline is the input",
                     "perturbs every position": "you perturbed every position"}),
 ]
 
@@ -222,9 +227,11 @@ META_CASES = [
 def _block_count_mistakes(d: int) -> dict[str, int]:
     "Hint -> the count a classic mistake gives for width d (with biases, d_ff = 4d)."
     return {
-        "you left out the biases (4d in attention, 4d + d in the FFN): count each nn.Linear's bias vector.": 12 * d * d + 4 * d,
+        "you left out the biases (4d in attention, 4d + d in the FFN): count each nn.Linear's bias vector.":
+            12 * d * d + 4 * d,
         "you left out the two LayerNorms' γ and β (2 · 2d = 4d).": 12 * d * d + 9 * d,
-        "you forgot attention's output projection W_O (d² + d): attention has FOUR d × d matrices, W_Q, W_K, W_V and W_O.":
+        "you forgot attention's output projection W_O (d² + d): attention has FOUR d × d matrices, "
+        "W_Q, W_K, W_V and W_O.":
             11 * d * d + 12 * d,
         "your FFN has d_ff = d; here d_ff = 4d, so its two matrices hold 8d² (plus 4d + d biases).": 6 * d * d + 10 * d,
         "you counted one LayerNorm; a block has two, ln_1 and ln_2.": 12 * d * d + 11 * d,

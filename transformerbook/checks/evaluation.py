@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from .core import MetaCase, call_learner, checker, diagnose
-from ..evaluation import GPT3_DATA_MIX, GPT3_TRAINING_TOKENS, contaminated, epochs_elapsed, score_candidates
+from ..evaluation import (GPT3_DATA_MIX, GPT3_TRAINING_TOKENS, contaminated, epochs_elapsed,
+                                        score_candidates)
 from ..lm_head import GPT, GPTConfig
 from ..tokenization import CharTokenizer
 
@@ -49,12 +50,13 @@ def check_classify_by_likelihood(classify, # classify(model, tokenizer, prompt, 
     for prompt, cands in cases:
         out = call_learner(classify, model, tok, prompt, cands, what=f"classify(model, tokenizer, {prompt!r}, {cands})")
         if not (isinstance(out, tuple) and len(out) == 2):
-            raise AssertionError(f"classify(..., {prompt!r}, {cands}) should return (scores, index), got {type(out).__name__}.")
+            raise AssertionError(f"classify(..., {prompt!r}, {cands}) should return (scores, index), "
+                                 f"got {type(out).__name__}.")
         scores, choice = out
         expected = score_candidates(model, tok, prompt, cands)
         if not isinstance(scores, Tensor) or scores.shape != expected.shape:
-            raise AssertionError(f"scores for prompt {prompt!r}: expected a tensor of shape {tuple(expected.shape)}, got "
-                                 f"{tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__}.")
+            raise AssertionError(f"scores for prompt {prompt!r}: expected a tensor of shape {tuple(expected.shape)}, "
+                                 f"got {tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__}.")
         if not torch.allclose(scores.detach().double().cpu(), expected.double(), atol=1e-4, rtol=1e-4):
             wrong = {name: fn(model, tok, prompt, cands) for name, fn in _WRONG_SCORES.items()}
             hint = diagnose(scores.detach().cpu(), {_HINTS[k]: v for k, v in wrong.items()}, atol=1e-4,
@@ -62,8 +64,9 @@ def check_classify_by_likelihood(classify, # classify(model, tokenizer, prompt, 
             raise AssertionError(f"scores for prompt {prompt!r}, candidates {cands}: yours {scores.tolist()}, expected "
                                  f"{[round(v, 4) for v in expected.tolist()]}. Hint: {hint}.")
         if int(choice) != int(expected.argmax()):
-            raise AssertionError(f"prompt {prompt!r}: you chose candidate {int(choice)}, but the highest score is candidate "
-                                 f"{int(expected.argmax())}. Hint: a classifier takes the argmax of log P(c | x), the most likely.")
+            raise AssertionError(f"prompt {prompt!r}: you chose candidate {int(choice)}, but the highest score is "
+                                 f"candidate {int(expected.argmax())}. Hint: a classifier takes the argmax of "
+                                 "log P(c | x), the most likely.")
 
 # %% ../../nbs/checks/11a_evaluation.ipynb #c85a3c48
 @torch.no_grad()
@@ -182,7 +185,8 @@ def check_epochs(fn, # fn(n_tokens, weight, n_training_tokens) -> float, passes 
                          _epochs_no_weight(n, w, GPT3_TRAINING_TOKENS),
                      "the tokens drawn are weight x the *run's* tokens, divided by the source's size":
                          _epochs_weight_only(n, w, GPT3_TRAINING_TOKENS)}
-            hint = next((h for h, v in hints.items() if isinstance(got, (int, float)) and abs(got - v) < 1e-9 * max(1.0, abs(v))),
+            hint = next((h for h, v in hints.items()
+                         if isinstance(got, (int, float)) and abs(got - v) < 1e-9 * max(1.0, abs(v))),
                         "epochs = weight x n_training_tokens / n_tokens")
             raise AssertionError(f"{name}: yours {got!r}, expected {want:.4f}. Hint: {hint}.")
 
@@ -190,7 +194,8 @@ def check_epochs(fn, # fn(n_tokens, weight, n_training_tokens) -> float, passes 
 META_CASES = [
     MetaCase(check_classify_by_likelihood, _classify_reference,
              {"same position": _wrong_classifier("same position"), "with prompt": _wrong_classifier("with prompt"),
-              "mean": _wrong_classifier("mean"), "no prompt": _wrong_classifier("no prompt"), "argmin": _classify_argmin},
+              "mean": _wrong_classifier("mean"), "no prompt": _wrong_classifier("no prompt"),
+              "argmin": _classify_argmin},
              hints={"same position": "position t-1", "with prompt": "prompt's own log-probability",
                     "mean": "asks for the sum", "no prompt": "without the prompt", "argmin": "takes the argmax"}),
     MetaCase(check_contaminated, _contaminated_reference,
@@ -200,5 +205,6 @@ META_CASES = [
                     "characters": "not of characters"}),
     MetaCase(check_epochs, _epochs_reference,
              {"inverse": _epochs_inverse, "no weight": _epochs_no_weight, "weight of the source": _epochs_weight_only},
-             hints={"inverse": "divided the source", "no weight": "forgot the weight", "weight of the source": "run's"}),
+             hints={"inverse": "divided the source", "no weight": "forgot the weight",
+                    "weight of the source": "run's"}),
 ]

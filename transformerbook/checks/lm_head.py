@@ -37,7 +37,8 @@ def _diagnose(diff: int, c: GPTConfig) -> str:
     known = {c.vocab_size * D: "the tied matrix counted twice (tie_weights=True: E and the head are one tensor)",
              -c.vocab_size * D: "the LM head's own matrix missing (tie_weights=False: it is a second (V, D) matrix)",
              -c.context_length * D: "the learned position embeddings missing (a (context_length, D) table)",
-             c.context_length * D: "position embeddings counted for positional='sinusoidal' (a fixed buffer, not a parameter)"}
+             c.context_length * D: "position embeddings counted for positional='sinusoidal' "
+                                   "(a fixed buffer, not a parameter)"}
     if diff in known: return known[diff]
     linear_biases = c.n_layers * (4 * D + c.d_ff + D)
     if c.bias and diff in (-linear_biases, -linear_biases - (2 * c.n_layers + (c.norm == "pre")) * D):
@@ -170,10 +171,11 @@ def check_lens_probs(lens_probs) -> None:
                                     "your softmax runs over the positions (dim=1): apply it over the last axis, "
                                     "the vocabulary.": logits.softmax(dim=1)},
                             "apply softmax over the last axis (the vocabulary), after the head.", atol=1e-4)
-            raise AssertionError(f"probabilities over the vocabulary sum to {sums.min().item():.3g}..{sums.max().item():.3g}, "
-                                 f"not 1. Hint: {hint}")
+            raise AssertionError("probabilities over the vocabulary sum to "
+                                 f"{sums.min().item():.3g}..{sums.max().item():.3g}, not 1. Hint: {hint}")
         assert_tensors_close(probs, expected, f"probabilities from the stream after block {layer}", atol=1e-5,
-                             hint="normalise h with model.ln_f before model.lm_head (eq. 10.44), then softmax (eq. 10.45)")
+                             hint="normalise h with model.ln_f before model.lm_head (eq. 10.44), "
+                                  "then softmax (eq. 10.45)")
 
 # %% ../../nbs/checks/06_lm_head.ipynb #2fb2a543
 def _lens_probs(model, h):
@@ -194,7 +196,8 @@ META_CASES = [
                                                  "tied matrix counted twice": _count_tied_twice,
                                                  "no LayerNorm parameters": _count_no_layer_norms,
                                                  "no biases": _count_no_biases},
-             hints={"no position embeddings": "position embeddings missing", "tied matrix counted twice": "counted twice",
+             hints={"no position embeddings": "position embeddings missing",
+                    "tied matrix counted twice": "counted twice",
                     "no LayerNorm parameters": "LayerNorm parameters missing", "no biases": "biases missing"}),
     MetaCase(check_tie_weights, _tie_weights, {"copied values": _tie_by_copy, "new Parameter": _tie_new_parameter,
                                                "transposed E": _tie_transposed, "position table": _tie_positions},

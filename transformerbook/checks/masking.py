@@ -246,7 +246,8 @@ def check_poll_causal_mask(answer, # "A", "B" or "C", the chosen (4, 4) matrix, 
 
 # %% ../../nbs/checks/02_masking.ipynb #25a38b30
 META_CASES += [
-    MetaCase(check_poll_causal_mask, "B", wrong={"transpose": "A", "diagonal only": "C", "transpose (matrix)": _CAUSAL_CANDIDATES["A"],
+    MetaCase(check_poll_causal_mask, "B", wrong={"transpose": "A", "diagonal only": "C",
+                                                 "transpose (matrix)": _CAUSAL_CANDIDATES["A"],
                                                  "not an option": torch.zeros(4, 4)},
              hints={"transpose": "transpose", "diagonal only": "bigram", "transpose (matrix)": "transpose",
                     "not an option": "not one of the options"}),

@@ -44,7 +44,8 @@ def check_rms_norm(rms_norm) -> None:
                 weight * (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps),
             "ε belongs inside the square root: x / sqrt(mean(x²) + ε).": weight * x / (torch.sqrt(ms) + eps),
             "the gain γ (weight) is not applied.": x / torch.sqrt(ms + eps),
-            "divide by the root of the mean of x², not of the sum.": weight * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps),
+            "divide by the root of the mean of x², not of the sum.":
+                weight * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps),
         }, default="compare with y = γ ⊙ x / sqrt(mean over the last axis of x² + ε).")
         assert_tensors_close(got, want, name="RMSNorm output", hint=hint)
 
@@ -55,7 +56,8 @@ def _rotary_ref(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 @checker("Exercise 12.2 — rotate q and k")
 def check_apply_rotary(rotate) -> None:
-    "`rotate(x, cos, sin) -> Tensor` must equal `embeddings.apply_rotary` (half-split layout) and keep scores shift-invariant."
+    ("`rotate(x, cos, sin) -> Tensor` must equal `embeddings.apply_rotary` (half-split layout) "
+     "and keep scores shift-invariant.")
     g = torch.Generator().manual_seed(0)
     rope = RotaryEmbedding(d_head=8, context_length=32).double()
     x = torch.randn(2, 3, 6, 8, generator=g, dtype=torch.float64)  # (B, H, T, Dh)
@@ -67,8 +69,10 @@ def check_apply_rotary(rotate) -> None:
     c, s = cos[:, :4], sin[:, :4]
     interleaved = torch.stack([xe * c - xo * s, xe * s + xo * c], -1).flatten(-2)
     hint = diagnose(got, {
-        "the rotation goes the wrong way: rotate_half(x) is [-x₂, x₁], not [x₂, -x₁].": x * cos + torch.cat([x2, -x1], -1) * sin,
-        "you paired features 2i and 2i+1 (the paper's interleaved layout); Llama's tables pair i with i + d/2.": interleaved,
+        "the rotation goes the wrong way: rotate_half(x) is [-x₂, x₁], not [x₂, -x₁].":
+            x * cos + torch.cat([x2, -x1], -1) * sin,
+        "you paired features 2i and 2i+1 (the paper's interleaved layout); Llama's tables pair i with i + d/2.":
+            interleaved,
         "the sine term is missing: x·cos + rotate_half(x)·sin.": x * cos,
         "cos and sin are swapped.": x * sin + rotate_half(x) * cos,
     }, default="compare with x·cos + rotate_half(x)·sin, rotate_half([x₁, x₂]) = [-x₂, x₁].")
@@ -89,7 +93,8 @@ def check_kv_cache_size(cache_bytes) -> None:
     for L, H, KV, Dh, T, nbytes in _CACHE_CASES:
         cfg = GPTConfig(vocab_size=8, context_length=8, d_model=H * Dh, n_heads=H, n_kv_heads=KV, n_layers=L)
         want = kv_cache_bytes(cfg, T, 1, dtypes[nbytes])
-        got = call_learner(cache_bytes, L, H, KV, Dh, T, nbytes, what=f"cache_bytes({L}, {H}, {KV}, {Dh}, {T}, {nbytes})")
+        got = call_learner(cache_bytes, L, H, KV, Dh, T, nbytes,
+                           what=f"cache_bytes({L}, {H}, {KV}, {Dh}, {T}, {nbytes})")
         if got == want: continue
         if got == want // KV * H:
             hint = "you counted n_heads key/value heads: with GQA the cache holds only n_kv_heads per layer."
@@ -120,10 +125,12 @@ def check_swiglu(cls) -> None:
     for name in ("w1", "w2", "w3"):
         layer = getattr(mine, name, None)
         if not isinstance(layer, nn.Linear):
-            raise AssertionError(f"MySwiGLU has no nn.Linear called {name!r}. Hint: w1 and w3 map d_model -> d_ff, w2 maps back.")
+            raise AssertionError(f"MySwiGLU has no nn.Linear called {name!r}. "
+                                 "Hint: w1 and w3 map d_model -> d_ff, w2 maps back.")
         if layer.weight.shape != getattr(ref, name).weight.shape:
             raise AssertionError(f"{name}.weight has shape {tuple(layer.weight.shape)}, expected "
-                                 f"{tuple(getattr(ref, name).weight.shape)}. Hint: w1, w3: (d_ff, d_model); w2: (d_model, d_ff).")
+                                 f"{tuple(getattr(ref, name).weight.shape)}. "
+                                 "Hint: w1, w3: (d_ff, d_model); w2: (d_model, d_ff).")
     with torch.no_grad():
         for name in ("w1", "w2", "w3"):
             getattr(mine, name).weight.copy_(getattr(ref, name).weight)
@@ -152,17 +159,22 @@ def _swiglu_variant(kind: str) -> type:
 
 META_CASES = [
     MetaCase(check_rms_norm, _rms_ref,
-             wrong={"mean subtracted": lambda x, w, eps: w * (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps),
+             wrong={"mean subtracted": lambda x, w, eps: w * (x - x.mean(-1, keepdim=True))
+                                                         / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps),
                     "eps outside sqrt": lambda x, w, eps: w * x / (torch.sqrt(x.pow(2).mean(-1, keepdim=True)) + eps),
                     "no gain": lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)},
              hints={"mean subtracted": "that is LayerNorm", "eps outside sqrt": "inside the square root",
                     "no gain": "gain γ"}),
     MetaCase(check_apply_rotary, _rotary_ref,
-             wrong={"wrong direction": lambda x, c, s: x * c + torch.cat([x.chunk(2, -1)[1], -x.chunk(2, -1)[0]], -1) * s,
+             wrong={"wrong direction":
+                        lambda x, c, s: x * c + torch.cat([x.chunk(2, -1)[1], -x.chunk(2, -1)[0]], -1) * s,
                     "no sine": lambda x, c, s: x * c,
-                    "interleaved": lambda x, c, s: torch.stack([x[..., 0::2] * c[:, :x.shape[-1] // 2] - x[..., 1::2] * s[:, :x.shape[-1] // 2],
-                                                                x[..., 0::2] * s[:, :x.shape[-1] // 2] + x[..., 1::2] * c[:, :x.shape[-1] // 2]], -1).flatten(-2)},
-             hints={"wrong direction": "wrong way", "no sine": "sine term is missing", "interleaved": "interleaved layout"}),
+                    "interleaved": lambda x, c, s: torch.stack(
+                        [x[..., 0::2] * c[:, :x.shape[-1] // 2] - x[..., 1::2] * s[:, :x.shape[-1] // 2],
+                         x[..., 0::2] * s[:, :x.shape[-1] // 2] + x[..., 1::2] * c[:, :x.shape[-1] // 2]],
+                        -1).flatten(-2)},
+             hints={"wrong direction": "wrong way", "no sine": "sine term is missing",
+                    "interleaved": "interleaved layout"}),
     MetaCase(check_kv_cache_size, _cache_ref,
              wrong={"all heads": lambda L, H, KV, Dh, T, b: 2 * L * H * Dh * T * b,
                     "keys only": lambda L, H, KV, Dh, T, b: L * KV * Dh * T * b,

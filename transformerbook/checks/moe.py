@@ -54,7 +54,8 @@ def _gate_mistakes(logits: Tensor, top_k: int) -> dict[str, Tensor]:
 @checker("Exercise 10.1 — the top-k gate")
 def check_top_k_gate(top_k_gate: Callable, # top_k_gate(logits (N, E), top_k) -> (weights (N, K), indices (N, K))
                     ) -> None:
-    "Compare the reader's top-k gate with `TopKRouter` (softmax, top-k, renormalise; notes eq. 19.18; Mixtral) for k = 1, 2, 3."
+    ("Compare the reader's top-k gate with `TopKRouter` (softmax, top-k, renormalise; notes eq. 19.18; Mixtral) "
+     "for k = 1, 2, 3.")
     g = torch.Generator().manual_seed(0)
     for N, E, k in ((10, 4, 2), (7, 8, 3), (5, 6, 1)):
         logits = torch.randn(N, E, generator=g) * 2
@@ -87,7 +88,8 @@ def _balance_mistakes(logits: Tensor, top_k: int) -> dict[str, Tensor]:
             E * (counts * P).sum(),
         "fᵢ counts the routing decisions (top-k indices, no gradient); you used the probabilities Pᵢ in its place.":
             E * (P * P).sum(),
-        "fᵢ was divided by N·k; the reference (and Hugging Face) counts a token for each of its k experts, so Σᵢ fᵢ = k.":
+        "fᵢ was divided by N·k; the reference (and Hugging Face) counts a token for each of its k experts, "
+        "so Σᵢ fᵢ = k.":
             E * (f / top_k * P).sum(),
     }
 
@@ -145,9 +147,11 @@ def _dispatch_case(seed: int, N: int, top_k: int, skip_expert: bool):
 
 # %% ../../nbs/checks/10_moe.ipynb #d6bf19fa
 @checker("Exercise 10.3 — dispatching tokens to experts")
-def check_moe_dispatch(moe_dispatch: Callable, # moe_dispatch(x (N, D), weights (N, K), indices (N, K), experts) -> (N, D)
-                      ) -> None:
-    "Compare the reader's dispatch (notes eq. 19.18) with `MoEFeedForward` on seeded routers, including an unused expert."
+def check_moe_dispatch(
+    moe_dispatch: Callable, # moe_dispatch(x (N, D), weights (N, K), indices (N, K), experts) -> (N, D)
+) -> None:
+    ("Compare the reader's dispatch (notes eq. 19.18) with `MoEFeedForward` on seeded routers, "
+     "including an unused expert.")
     for seed, N, top_k, skip in ((0, 9, 2, False), (1, 16, 3, True), (2, 6, 1, False)):
         moe, x, weights, indices = _dispatch_case(seed, N, top_k, skip)
         with torch.no_grad():

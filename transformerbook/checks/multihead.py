@@ -122,14 +122,16 @@ def _mha_mistakes(ref: MultiHeadAttention, x: Tensor, mask: Tensor | None) -> di
     with torch.no_grad():
         return {"scale the scores by 1/sqrt(d_head) = 1/sqrt(d_model / n_heads), not 1/sqrt(d_model).": attend(D),
                 "apply out_proj to the merged heads (J&M eq. 10.19: ... W^O).": attend(Dh, out_proj=False),
-                "the mask is ignored: fill the scores where mask is False before the softmax.": attend(Dh, use_mask=False),
+                "the mask is ignored: fill the scores where mask is False before the softmax.":
+                    attend(Dh, use_mask=False),
                 "a query whose keys are all masked must output 0 (before out_proj), like the book's attention: "
                 "multiply the weights by mask.any(-1, keepdim=True).": attend(Dh, zero_empty_rows=False)}
 
 # %% ../../nbs/checks/03_multihead.ipynb #249952b8
 @checker("Exercise 3.4 — a multi-head attention class")
-def check_multihead_class(cls, # cls(d_model, n_heads), an nn.Module with q_proj/k_proj/v_proj/out_proj; forward(x, mask=None)
-                         ) -> None:
+def check_multihead_class(
+    cls, # cls(d_model, n_heads), an nn.Module with q_proj/k_proj/v_proj/out_proj; forward(x, mask=None)
+) -> None:
     "Build `cls`, copy the reference's weights into it, and compare outputs with and without masks."
     for d_model, n_heads in ((16, 4), (12, 3), (8, 1)):
         torch.manual_seed(d_model)
@@ -142,11 +144,13 @@ def check_multihead_class(cls, # cls(d_model, n_heads), an nn.Module with q_proj
         masks = {"no mask": None, "a causal mask": causal_mask(5),
                  "a causal + padding mask": combine_masks(causal_mask(5), make_padding_mask([5, 3], 5)),
                  # left padding: the pad queries 0-2 of sequence 1 may attend no key at all (fully masked rows)
-                 "a causal + left-padding mask": combine_masks(causal_mask(5), make_padding_mask([5, 2], 5, side="left"))}
+                 "a causal + left-padding mask": combine_masks(causal_mask(5),
+                                                               make_padding_mask([5, 2], 5, side="left"))}
         for what, mask in masks.items():
             name = f"output (d_model={d_model}, n_heads={n_heads}, {what})"
             out = call_learner((lambda: mine(x)) if mask is None else (lambda: mine(x, mask=mask)),
-                               what=f"forward(x {tuple(x.shape)}" + (")" if mask is None else f", mask {tuple(mask.shape)})"),
+                               what=f"forward(x {tuple(x.shape)}"
+                                    + (")" if mask is None else f", mask {tuple(mask.shape)})"),
                                hint="the mask (B, 1, T, T) or (T, T) broadcasts against the (B, H, T, T) scores.")
             expected = ref(x, mask=mask)
             if isinstance(out, Tensor) and out.shape == expected.shape and torch.isnan(out).any():
@@ -286,8 +290,8 @@ META_CASES = [
     MetaCase(check_split_heads, _split_reference,
              wrong={"view(B, H, T, Dh) directly": _split_direct_view, "heads interleaved": _split_interleaved,
                     "no transpose": _split_no_transpose},
-             hints={"view(B, H, T, Dh) directly": "straight to (B, H, T, Dh)", "heads interleaved": "interleaves the heads",
-                    "no transpose": "= (B, T, H, Dh)"}),
+             hints={"view(B, H, T, Dh) directly": "straight to (B, H, T, Dh)",
+                    "heads interleaved": "interleaves the heads", "no transpose": "= (B, T, H, Dh)"}),
     MetaCase(check_merge_heads, _merge_reference,
              wrong={"no transpose": _merge_no_transpose, "heads in reverse order": _merge_reversed,
                     "heads interleaved": _merge_interleaved},

@@ -42,7 +42,8 @@ def _as_tensor(out, name: str, like: Tensor) -> Tensor:
     return out
 
 def _sampling_test(logits: Tensor, expected_logits: Tensor, name: str, seed: int = 0) -> None:
-    "Draw N tokens from softmax(logits) of one row; assert the frequencies are within 5 binomial std of softmax(expected_logits)."
+    ("Draw N tokens from softmax(logits) of one row; assert the frequencies are within 5 binomial std of "
+     "softmax(expected_logits).")
     probs = torch.softmax(logits.detach().double(), -1)  # (V,)
     if torch.isnan(probs).any():
         raise AssertionError(f"{name}: softmax of your logits contains NaN: did you remove every token?")
@@ -72,9 +73,11 @@ def _kept_set(out: Tensor, expected: Tensor, logits: Tensor, name: str, hint: st
     if not torch.equal(kept, want):
         row = int((kept != want).any(-1).nonzero()[0]) if kept.dim() > 1 else 0
         k_row, w_row = (kept[row], want[row]) if kept.dim() > 1 else (kept, want)
-        raise AssertionError(f"{name}: row {row} keeps {int(k_row.sum())} tokens, the reference keeps {int(w_row.sum())}; "
+        raise AssertionError(f"{name}: row {row} keeps {int(k_row.sum())} tokens, "
+                             f"the reference keeps {int(w_row.sum())}; "
                              f"extra: {torch.nonzero(k_row & ~w_row).flatten().tolist()}, "
-                             f"missing: {torch.nonzero(w_row & ~k_row).flatten().tolist()}." + (f" Hint: {hint}" if hint else ""))
+                             f"missing: {torch.nonzero(w_row & ~k_row).flatten().tolist()}."
+                             + (f" Hint: {hint}" if hint else ""))
     assert_tensors_close(out[kept], logits[kept], f"{name} (kept logits)",
                          hint="leave the kept logits unchanged and set the removed ones to float('-inf'); "
                               "return logits, not probabilities.")
@@ -91,9 +94,10 @@ def check_temperature(fn: Callable, # your function: fn(logits (..., V), tempera
         expected = apply_temperature(logits, tau)
         probs = torch.softmax(logits, -1)
         if tau != 1.0 and torch.allclose(out, logits * tau, atol=1e-5):
-            raise AssertionError(f"τ={tau}: you multiplied the logits by τ. Hint: divide, u / τ; a small τ must sharpen "
-                                 "the distribution (J&M eq. 10.49).")
-        if torch.allclose(out, probs / tau, atol=1e-5) or torch.allclose(out, torch.softmax(logits / tau, -1), atol=1e-5):
+            raise AssertionError(f"τ={tau}: you multiplied the logits by τ. Hint: divide, u / τ; "
+                                 "a small τ must sharpen the distribution (J&M eq. 10.49).")
+        if (torch.allclose(out, probs / tau, atol=1e-5)
+                or torch.allclose(out, torch.softmax(logits / tau, -1), atol=1e-5)):
             raise AssertionError(f"τ={tau}: you returned probabilities. Hint: scale the logits before the softmax and "
                                  "return logits; dividing probabilities by τ does not change the distribution.")
         assert_tensors_close(torch.softmax(out, -1), torch.softmax(expected, -1), f"softmax(your logits) at τ={tau}",
@@ -104,20 +108,23 @@ def check_temperature(fn: Callable, # your function: fn(logits (..., V), tempera
 
 # %% ../../nbs/checks/07_sampling.ipynb #80465137
 @checker("Exercise 7.2 — top-k filter (J&M 10.8.1)")
-def check_top_k(fn: Callable, # your function: fn(logits (..., V), k >= 1) -> logits (..., V) with -inf outside the top k
-               ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
+def check_top_k(
+    fn: Callable, # your function: fn(logits (..., V), k >= 1) -> logits (..., V) with -inf outside the top k
+) -> bool: # True on PASS, False if `fn` raises NotImplementedError
     "Check the tokens `fn(logits, k)` keeps against `top_k_filter` (k = 1, 5, V, > V, and a tie), then by sampling."
     logits = _logits(1)
     for k in (1, 5, 40, 100):
         out = _as_tensor(call_learner(fn, logits.clone(), k, what=f"fn(logits (3, 40), k={k})",
-                                      hint="k can exceed the vocabulary size V: use min(k, V)."), f"top_k k={k}", logits)
+                                      hint="k can exceed the vocabulary size V: use min(k, V)."),
+                         f"top_k k={k}", logits)
         n_kept = torch.isfinite(out).sum(-1)
         hint = ("you keep k+1 tokens: the k-th largest logit is topk(...).values[..., -1], keep logits >= it."
                 if (n_kept == min(k, 40) + 1).all() else
                 "you keep k-1 tokens: keep logits >= the k-th largest, not > it." if (n_kept == k - 1).all() else "")
         _kept_set(out, top_k_filter(logits, k), logits, f"top_k k={k}", hint)
     tie = torch.tensor([[3.0, 1.0, 2.0, 2.0, 0.5]])  # the 2nd and 3rd largest are tied
-    _kept_set(_as_tensor(call_learner(fn, tie.clone(), 2, what="fn(logits with a tie, k=2)"), "top_k on a tie", tie), top_k_filter(tie, 2), tie, "top_k k=2 with a tie",
+    _kept_set(_as_tensor(call_learner(fn, tie.clone(), 2, what="fn(logits with a tie, k=2)"), "top_k on a tie", tie),
+              top_k_filter(tie, 2), tie, "top_k k=2 with a tie",
               "keep every logit >= the k-th largest, so both tied tokens stay (Hugging Face does the same).")
     one_row = call_learner(fn, logits[0].clone(), 5, what="fn(logits (40,), k=5)",
                            hint="work on the last axis only, so a 1-D vector of logits works too.")
@@ -125,15 +132,18 @@ def check_top_k(fn: Callable, # your function: fn(logits (..., V), k >= 1) -> lo
 
 # %% ../../nbs/checks/07_sampling.ipynb #16e8ddd1
 @checker("Exercise 7.3 — top-p (nucleus) filter (J&M eq. 10.47)")
-def check_top_p(fn: Callable, # your function: fn(logits (..., V), 0 < p <= 1) -> logits (..., V) with -inf outside the nucleus
-               ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
-    "Check the tokens `fn(logits, p)` keeps against `top_p_filter` on a hand example and seeded logits, then by sampling."
+def check_top_p(
+    fn: Callable, # your function: fn(logits (..., V), 0 < p <= 1) -> logits (..., V) with -inf outside the nucleus
+) -> bool: # True on PASS, False if `fn` raises NotImplementedError
+    ("Check the tokens `fn(logits, p)` keeps against `top_p_filter` on a hand example and seeded logits, "
+     "then by sampling.")
     hand = torch.log(torch.tensor([[0.05, 0.5, 0.15, 0.3]]))  # sorted: 0.5, 0.3 | 0.15, 0.05
     out = _as_tensor(call_learner(fn, hand.clone(), 0.7, what="fn(logits (1, 4), p=0.7)"),
                      "top_p on probabilities [0.05, 0.5, 0.15, 0.3] with p=0.7", hand)
     # The hint is keyed on WHICH tokens are kept (indices into [0.05, 0.5, 0.15, 0.3]), not on how many.
     kept_idx = tuple(torch.nonzero(torch.isfinite(out[0])).flatten().tolist())
-    hint = {(1,): "you dropped the token that carries the total across p: 0.5 < 0.7, so 0.3 must stay (0.5 + 0.3 >= 0.7).",
+    hint = {(1,): "you dropped the token that carries the total across p: 0.5 < 0.7, so 0.3 must stay "
+                  "(0.5 + 0.3 >= 0.7).",
             (1, 2, 3): "you kept one token too many: after 0.5 + 0.3 = 0.8 >= 0.7 the nucleus is complete.",
             }.get(kept_idx)
     if hint is None:  # the kept sets made of the most probable tokens are (1,), (1, 3), (1, 3, 2), (1, 3, 2, 0)
@@ -150,7 +160,8 @@ def check_top_p(fn: Callable, # your function: fn(logits (..., V), 0 < p <= 1) -
                                   "the one that crosses it.")
     tiny = _as_tensor(call_learner(fn, logits.clone(), 1e-4, what="fn(logits (4, 30), p=1e-4)"), "top_p p=1e-4", logits)
     if not torch.isfinite(tiny).any(-1).all():
-        raise AssertionError("top_p p=1e-4: a row has no token left. Hint: always keep at least the most probable token.")
+        raise AssertionError("top_p p=1e-4: a row has no token left. "
+                             "Hint: always keep at least the most probable token.")
     _kept_set(tiny, top_p_filter(logits, 1e-4), logits, "top_p p=1e-4")
     one_row = call_learner(fn, logits[0].clone(), 0.9, what="fn(logits (30,), p=0.9)",
                            hint="work on the last axis only, so a 1-D vector of logits works too.")
@@ -160,7 +171,8 @@ def check_top_p(fn: Callable, # your function: fn(logits (..., V), 0 < p <= 1) -
 @checker("Exercise 7.4 — append to a KV cache (CS182 KV-cache slides)")
 def check_kv_cache_update(cls: type, # your class: cls() has update(k, v) -> (all_k, all_v), k and v (B, H, T, Dh)
                          ) -> bool: # True on PASS, False if instantiating or `update` raises NotImplementedError
-    "Check that `cls().update` appends along the sequence axis (dim -2) and reproduces full attention one token at a time."
+    ("Check that `cls().update` appends along the sequence axis (dim -2) and reproduces full attention "
+     "one token at a time.")
     g = torch.Generator().manual_seed(3)
     B, H, Dh = 2, 3, 4
     chunks = [(torch.randn(B, H, t, Dh, generator=g), torch.randn(B, H, t, Dh, generator=g)) for t in (3, 1, 1, 2)]
@@ -175,7 +187,8 @@ def check_kv_cache_update(cls: type, # your class: cls() has update(k, v) -> (al
         want_k, want_v = torch.cat(ks, dim=-2), torch.cat(vs, dim=-2)  # (B, H, S, Dh)
         for name, got, want in (("keys", out[0], want_k), ("values", out[1], want_v)):
             if isinstance(got, Tensor) and got.shape != want.shape:
-                hint = ("you returned only the newest keys/values: append to what is cached (torch.cat), do not overwrite."
+                hint = ("you returned only the newest keys/values: append to what is cached (torch.cat), "
+                        "do not overwrite."
                         if got.shape == k.shape else
                         "concatenate along the sequence axis, dim=-2 (or 2) of (B, H, T, Dh).")
                 raise AssertionError(f"after update {step + 1}: {name} have shape {tuple(got.shape)}, expected "
@@ -219,10 +232,12 @@ def check_tail_probability(fn: Callable, # your function: fn(probs (V,), p, n_st
         except (TypeError, ValueError, RuntimeError):  # e.g. a tensor with more than one element
             got = f"a tensor of shape {tuple(got.shape)}"
         if not isinstance(got, float):
-            raise AssertionError(f"expected a number (float or 0-d tensor), got {got if isinstance(got, str) else type(got).__name__}.")
+            raise AssertionError("expected a number (float or 0-d tensor), "
+                                 f"got {got if isinstance(got, str) else type(got).__name__}.")
         want = _tail_probability(probs, p, n)
         tail = _tail_probability(probs, p, 1)
-        hint = ("this is the chance that *every* draw is in the tail (tail**n); we want *at least one*: 1 - (1 - tail)**n."
+        hint = ("this is the chance that *every* draw is in the tail (tail**n); "
+                "we want *at least one*: 1 - (1 - tail)**n."
                 if math.isclose(got, tail ** n, abs_tol=1e-9) and n > 1 else
                 "n * tail is only the union bound; the exact chance is 1 - (1 - tail)**n."
                 if math.isclose(got, n * tail, abs_tol=1e-9) and n > 1 else
@@ -325,7 +340,8 @@ def _tail_wrong_nucleus(probs, p, n_steps):
 META_CASES = [
     MetaCase(check_temperature, apply_temperature,
              {"multiplies by τ": _temperature_multiplied, "divides probabilities": _temperature_after_softmax},
-             hints={"multiplies by τ": "you multiplied the logits by τ", "divides probabilities": "you returned probabilities"}),
+             hints={"multiplies by τ": "you multiplied the logits by τ",
+                    "divides probabilities": "you returned probabilities"}),
     MetaCase(check_top_k, top_k_filter,
              {"keeps k+1": _top_k_plus_one, "keeps k-1": _top_k_minus_one, "drops ties": _top_k_no_ties,
               "finfo.min instead of -inf": _top_k_finite_fill},
@@ -335,14 +351,16 @@ META_CASES = [
              {"excludes the crossing token": _top_p_excludes_crossing, "keeps one extra": _top_p_one_extra,
               "not sorted": _top_p_unsorted, "-1e9 instead of -inf": _top_p_finite_fill},
              hints={"excludes the crossing token": "you dropped the token that carries the total across p",
-                    "keeps one extra": "you kept one token too many", "not sorted": "you did not keep the most probable",
+                    "keeps one extra": "you kept one token too many",
+                    "not sorted": "you did not keep the most probable",
                     "-1e9 instead of -inf": "must be float('-inf')"}),
     MetaCase(check_kv_cache_update, _ReferenceKVCache,
              {"overwrites": _OverwritingKVCache, "heads axis": _WrongDimKVCache, "feature axis": _LastDimKVCache},
              hints={"overwrites": "you returned only the newest keys/values", "heads axis": "along the sequence axis",
                     "feature axis": "along the sequence axis"}),
     MetaCase(check_tail_probability, _tail_probability,
-             {"tail ** n": _tail_all_steps, "union bound": _tail_union_bound, "nucleus without the crossing token": _tail_wrong_nucleus},
+             {"tail ** n": _tail_all_steps, "union bound": _tail_union_bound,
+              "nucleus without the crossing token": _tail_wrong_nucleus},
              hints={"tail ** n": "chance that *every* draw is in the tail", "union bound": "only the union bound",
                     "nucleus without the crossing token": "the nucleus includes the token that crosses p"}),
 ]

@@ -40,14 +40,16 @@ def _reference_grads(model, token_ids, targets):
 
 @checker("Exercise 8b.1 — gradient accumulation")
 def check_accumulated_grads(accumulated_grads) -> None:
-    "Check `accumulated_grads(model, token_ids, targets, n_slices)` against the whole batch's gradient, for 2 and 4 slices."
+    ("Check `accumulated_grads(model, token_ids, targets, n_slices)` against the whole batch's gradient, "
+     "for 2 and 4 slices.")
     for n_slices in (2, 4):
         model, token_ids, targets = _grad_case(n_slices)
         expected = _reference_grads(model, token_ids, targets)
         out = call_learner(accumulated_grads, model, token_ids, targets, n_slices,
                            what=f"accumulated_grads(model, token_ids (8, 6), targets (8, 6), n_slices={n_slices})")
         if not isinstance(out, (list, tuple)) or len(out) != len(expected) or any(g is None for g in out):
-            raise AssertionError(f"return one gradient per parameter ({len(expected)} tensors), got {type(out).__name__}")
+            raise AssertionError(f"return one gradient per parameter ({len(expected)} tensors), "
+                                 f"got {type(out).__name__}")
         big = max(range(len(expected)), key=lambda i: expected[i].abs().sum().item())  # the largest gradient
         ratio = (out[big].double().abs().sum() / expected[big].double().abs().sum()).item()
         if abs(ratio - n_slices) < 0.05 * n_slices:
@@ -93,7 +95,8 @@ def check_batch_slice(batch_slice_fn) -> None:
                 hint = ("rank 0 takes the first rows (ranks count from 0)" if out.start == expected.stop else
                         "ranks must not overlap: rank r ends where rank r+1 starts" if out.stop > expected.stop else
                         "each rank takes batch_size // world_size contiguous rows")
-                raise AssertionError(f"batch_slice({batch_size}, {rank}, {world}) = {out}, expected {expected}. Hint: {hint}")
+                raise AssertionError(f"batch_slice({batch_size}, {rank}, {world}) = {out}, expected {expected}. "
+                                     f"Hint: {hint}")
     try:
         out = batch_slice_fn(10, 0, 4)
     except ValueError:
@@ -130,9 +133,11 @@ def check_sharded_memory(sharded_memory_fn) -> None:
             if not isinstance(out, (int, float)) or abs(out - expected) > 1e-6 * expected:
                 per_param = out / n_params if isinstance(out, (int, float)) else None
                 hint = ("Adam's state is 12 bytes per parameter in mixed precision: a float32 master copy of the "
-                        "weights plus two float32 moments" if n_gpus == 1 and per_param is not None and per_param < 16 else
-                        f"in {stage}, shard (divide by n_gpus) " + {"ddp": "nothing", "zero1": "only the optimizer state",
-                        "zero2": "the optimizer state and the gradients", "zero3": "all three"}[stage])
+                        "weights plus two float32 moments"
+                        if n_gpus == 1 and per_param is not None and per_param < 16 else
+                        f"in {stage}, shard (divide by n_gpus) "
+                        + {"ddp": "nothing", "zero1": "only the optimizer state",
+                           "zero2": "the optimizer state and the gradients", "zero3": "all three"}[stage])
                 raise AssertionError(f"sharded_memory({n_params}, {n_gpus}, {stage!r}) = {out!r}, expected "
                                      f"{expected:.6g} bytes. Hint: {hint}")
 
@@ -145,12 +150,16 @@ def _memory_zero2_shards_weights(n_params, n_gpus, stage):  # shards the weights
 
 # %% ../../nbs/checks/08b_scale.ipynb #0ee2374a
 META_CASES = [
-    MetaCase(check_accumulated_grads, _accumulate, {"sum of slices": _accumulate_sum, "zeroed per slice": _accumulate_zeroing},
-             hints={"sum of slices": "divide each slice's loss", "zeroed per slice": "do not zero them between slices"}),
+    MetaCase(check_accumulated_grads, _accumulate,
+             {"sum of slices": _accumulate_sum, "zeroed per slice": _accumulate_zeroing},
+             hints={"sum of slices": "divide each slice's loss",
+                    "zeroed per slice": "do not zero them between slices"}),
     MetaCase(check_batch_slice, batch_slice,
              {"overlap": _slice_overlap, "ranks from 1": _slice_from_one, "no error": _slice_no_error},
-             hints={"overlap": "must not overlap", "ranks from 1": "ranks count from 0", "no error": "raise ValueError"}),
+             hints={"overlap": "must not overlap", "ranks from 1": "ranks count from 0",
+                    "no error": "raise ValueError"}),
     MetaCase(check_sharded_memory, sharded_memory,
              {"no master copy": _memory_no_master, "zero2 shards weights": _memory_zero2_shards_weights},
-             hints={"no master copy": "float32 master copy", "zero2 shards weights": "the optimizer state and the gradients"}),
+             hints={"no master copy": "float32 master copy",
+                    "zero2 shards weights": "the optimizer state and the gradients"}),
 ]

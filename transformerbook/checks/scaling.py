@@ -46,7 +46,8 @@ def _as_number(x, what: str) -> float:
 
 @checker("Exercise 9.1 — the compute of a training run")
 def check_training_flops(kaplan_training_flops) -> None:
-    "`kaplan_training_flops(config, n_tokens)` must be D · 3 · (2N + 2·n_layers·context_length·d_model), N non-embedding."
+    ("`kaplan_training_flops(config, n_tokens)` must be D · 3 · (2N + 2·n_layers·context_length·d_model), "
+     "N non-embedding.")
     for config in _FLOPS_CONFIGS:
         for n_tokens in (1_000_000, 3 * 10 ** 11):
             what = f"kaplan_training_flops(<{config.n_layers} layers, d_model={config.d_model}>, {n_tokens:,})"
@@ -108,7 +109,8 @@ def check_compute_optimal(compute_optimal) -> None:
                     hint = ("that is the D = 20N rule of thumb (notes eq. 19.16), not the minimum of this law: derive "
                             "N_opt from dL/dN = 0 along 6ND = C")
                 elif math.isclose(n_params, swapped, rel_tol=1e-6):
-                    hint = "the exponents are swapped: N_opt grows like (C/6)^(beta/(alpha+beta)), D_opt like alpha/(alpha+beta)"
+                    hint = ("the exponents are swapped: N_opt grows like (C/6)^(beta/(alpha+beta)), "
+                            "D_opt like alpha/(alpha+beta)")
                 else:
                     hint = "N_opt = G·(C/6)^(beta/(alpha+beta)) with G = (alpha·A / (beta·B))^(1/(alpha+beta))"
                 raise AssertionError(f"{what} gives N = {n_params:.4g}, expected N_opt = {n_opt:.4g} "
@@ -160,8 +162,8 @@ def check_fit_power_law(my_fit_power_law) -> None:
         x_c, alpha = (_as_number(v, what) for v in out)
         ref_x_c, ref_alpha = fit_power_law(x, losses)
         if math.isclose(alpha, -ref_alpha, rel_tol=1e-4):
-            raise AssertionError(f"{what}: alpha = {alpha:.5g}, expected {ref_alpha:.5g}. Hint: check the sign: the loss "
-                                 f"falls with x, so the slope of log L against log x is -alpha.")
+            raise AssertionError(f"{what}: alpha = {alpha:.5g}, expected {ref_alpha:.5g}. Hint: check the sign: "
+                                 f"the loss falls with x, so the slope of log L against log x is -alpha.")
         if not math.isclose(alpha, ref_alpha, rel_tol=1e-4):
             u = x.log()
             slope = ((u - u.mean()) * (losses - losses.mean())).sum() / ((u - u.mean()) ** 2).sum()
@@ -172,7 +174,8 @@ def check_fit_power_law(my_fit_power_law) -> None:
             raise AssertionError(f"{what}: alpha = {alpha:.5g}, expected {ref_alpha:.5g}. Hint: {hint}.")
         if not (x_c > 0 and math.isclose(math.log(x_c), math.log(ref_x_c), rel_tol=1e-5, abs_tol=1e-6)):
             intercept = math.log(ref_x_c) * ref_alpha
-            hint = ("x_c = exp(intercept / alpha): log L = alpha·log x_c - alpha·log x, so the intercept is alpha·log x_c"
+            hint = ("x_c = exp(intercept / alpha): log L = alpha·log x_c - alpha·log x, "
+                    "so the intercept is alpha·log x_c"
                     if x_c > 0 and math.isclose(x_c, math.exp(intercept), rel_tol=1e-4)
                     else "with log L = intercept - alpha·log x, x_c = exp(intercept / alpha)")
             raise AssertionError(f"{what}: x_c = {x_c:.5g}, expected {ref_x_c:.5g}. Hint: {hint}.")

@@ -29,7 +29,8 @@ def _explain(got, candidates: dict, default: str) -> str:
     return next((hint for hint, wrong in candidates.items() if got == wrong), default)
 
 def _count_skipping_overlaps(ids: list[int]) -> dict:
-    "Pair counts as `str.count` would give them (a mistake): after a match the scan skips past it, so `aaa` has `aa` once."
+    ("Pair counts as `str.count` would give them (a mistake): after a match the scan skips past it, "
+     "so `aaa` has `aa` once.")
     counts = {}
     for pair in get_pair_counts(ids):
         n, i = 0, 0
@@ -63,7 +64,8 @@ def check_get_pair_counts(fn, # the learner's `get_pair_counts(ids) -> {(a, b): 
     for ids, hint in cases:
         what = f"get_pair_counts({ids})"
         got = call_learner(fn, list(ids), what=what, hint=hint)
-        if not isinstance(got, Mapping): raise AssertionError(f"{what} returned a {type(got).__name__}, expected a dict")
+        if not isinstance(got, Mapping):
+            raise AssertionError(f"{what} returned a {type(got).__name__}, expected a dict")
         got = {k: v for k, v in got.items() if v}
         expected = get_pair_counts(ids)
         if got != expected:
@@ -72,7 +74,8 @@ def check_get_pair_counts(fn, # the learner's `get_pair_counts(ids) -> {(a, b): 
                 "starts at positions 0 and 1, so its count is 2.": _count_skipping_overlaps(ids),
                 "you also counted the wrap-around pair (last id, first id); the list is not circular, so count only "
                 "positions i and i+1 for i < len(ids) - 1.": get_pair_counts(ids + ids[:1]) if len(ids) > 1 else {},
-                "you recorded which pairs occur, not how often: add 1 for every occurrence.": dict.fromkeys(expected, 1),
+                "you recorded which pairs occur, not how often: add 1 for every occurrence.":
+                    dict.fromkeys(expected, 1),
             }, hint)
             _fail(what, got, expected, hint)
 
@@ -113,19 +116,22 @@ def check_merge(fn, # the learner's `merge(ids, pair, new_id) -> list[int]`
 def check_train_bpe(fn, # the learner's `train_bpe(text, vocab_size) -> {(a, b): new_id}`
                    ) -> None:
     "Compare `fn`'s merges, in order, with `BasicBPETokenizer().train(text, vocab_size).merges`."
-    cases = [("aaabdaaabac", 259, "Wikipedia: aa -> 256, then ab -> 257 (tied with (256, 97); take the smallest pair)."),
+    cases = [("aaabdaaabac", 259,
+              "Wikipedia: aa -> 256, then ab -> 257 (tied with (256, 97); take the smallest pair)."),
              ("hello hello world, hello there", 266, "recount the pairs after every merge, on the merged ids."),
              ("é汉🤗 é汉🤗 é汉", 262, "work on text.encode('utf-8'), not on characters."),
              ("ab", 300, "stop when no pairs are left: 'ab' gives one merge.")]
     for text, vocab_size, hint in cases:
         what = f"train_bpe({text!r}, {vocab_size})"
         got = call_learner(fn, text, vocab_size, what=what, hint=hint)
-        if not isinstance(got, Mapping): raise AssertionError(f"{what} returned a {type(got).__name__}, expected a dict")
+        if not isinstance(got, Mapping):
+            raise AssertionError(f"{what} returned a {type(got).__name__}, expected a dict")
         expected = BasicBPETokenizer().train(text, vocab_size).merges
         raw = list(text.encode("utf-8"))
         hint = _explain({tuple(k): int(v) for k, v in got.items()}, {
             "ties go to the smallest pair (min over pairs with the top count), not to the pair seen first: "
-            "aa -> 256, then ab -> 257 on Wikipedia's example.": _bpe_merges(raw, vocab_size, lambda c: max(c, key=c.get)),
+            "aa -> 256, then ab -> 257 on Wikipedia's example.":
+                _bpe_merges(raw, vocab_size, lambda c: max(c, key=c.get)),
             "you never apply the merges: after choosing a pair, replace it in ids with merge(ids, pair, new_id) before "
             "counting again, or the same pair wins every time.": _bpe_merges(raw, vocab_size, apply=False),
             "work on text.encode('utf-8') (bytes 0-255), not on characters' code points.":
@@ -162,8 +168,8 @@ def check_decode(fn, # the learner's `decode(ids, vocab) -> str`
         if got != expected:
             joined = b"".join(_VOCAB[i] for i in ids)
             hint = _explain(got, {_SPLIT: "".join(_VOCAB[i].decode("utf-8", errors="replace") for i in ids),
-                                  "you decoded the bytes as Latin-1; they are UTF-8: .decode('utf-8', errors='replace')."
-                                  : joined.decode("latin-1")}, hint)
+                                  "you decoded the bytes as Latin-1; they are UTF-8: "
+                                  ".decode('utf-8', errors='replace').": joined.decode("latin-1")}, hint)
             _fail(what, got, expected, hint)
 
 # %% ../../nbs/checks/05a_tokenization.ipynb #bac05e63
@@ -262,18 +268,21 @@ META_CASES = [
              wrong={"merges only the first occurrence": _merge_first_only, "overlapping merge": _merge_overlapping,
                     "scans right to left": _merge_right_to_left, "drops the last id": _merge_drops_last},
              hints={"merges only the first occurrence": "only the first occurrence",
-                    "overlapping merge": "skip both ids of a merged pair", "scans right to left": "scanned right to left",
-                    "drops the last id": "lost the final id"}),
+                    "overlapping merge": "skip both ids of a merged pair",
+                    "scans right to left": "scanned right to left", "drops the last id": "lost the final id"}),
     MetaCase(check_train_bpe, reference=_train_reference,
-             wrong={"ties go to the pair seen first": _train_first_seen, "never applies the merges": _train_never_merges,
+             wrong={"ties go to the pair seen first": _train_first_seen,
+                    "never applies the merges": _train_never_merges,
                     "characters instead of bytes": _train_characters, "does not stop": _train_no_stop},
              hints={"ties go to the pair seen first": "not to the pair seen first",
-                    "never applies the merges": "never apply the merges", "characters instead of bytes": "not on characters",
+                    "never applies the merges": "never apply the merges",
+                    "characters instead of bytes": "not on characters",
                     "does not stop": "stop when no pairs are left"}),
     MetaCase(check_decode, reference=_decode_reference,
              wrong={"decodes token by token": _decode_per_token, "token by token, strict": _decode_per_token_strict,
                     "latin-1 instead of UTF-8": _decode_latin1, "strict UTF-8 (no errors='replace')": _decode_strict},
              hints={"decodes token by token": "join the bytes of all tokens first",
                     "token by token, strict": "join the bytes of all tokens first",
-                    "latin-1 instead of UTF-8": "as Latin-1", "strict UTF-8 (no errors='replace')": "errors='replace'"}),
+                    "latin-1 instead of UTF-8": "as Latin-1",
+                    "strict UTF-8 (no errors='replace')": "errors='replace'"}),
 ]

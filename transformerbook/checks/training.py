@@ -35,7 +35,8 @@ def lm_loss_reference(logits: Tensor, # (B, T, V) float
     return cross_entropy_loss(logits[:, :-1], targets, ignore_index=-100)  # (B, T-1, V) vs (B, T-1)
 
 def _loss_case(seed: int, B: int = 3, T: int = 7, V: int = 11, pad_id: int = 0):
-    "Seeded logits and a right-padded batch of B rows with different lengths (the first row is full); real tokens are any id but pad_id."
+    ("Seeded logits and a right-padded batch of B rows with different lengths (the first row is full); "
+     "real tokens are any id but pad_id.")
     g = torch.Generator().manual_seed(seed)
     logits = 2.0 * torch.randn(B, T, V, generator=g)
     token_ids = torch.randint(0, V - 1, (B, T), generator=g)  # V - 1 ids ...
@@ -55,7 +56,8 @@ def check_lm_loss(lm_loss) -> None:
         logits, token_ids, pad_id = _loss_case(seed, pad_id=pad)
         out = call_learner(lm_loss, logits.clone(), token_ids.clone(), pad_id,
                            what=f"lm_loss(logits (3, 7, 11), token_ids (3, 7), pad_id={pad_id})",
-                           hint="logits[:, :-1] is (B, T-1, V); flatten it to (B·(T-1), V) and the targets to (B·(T-1),).")
+                           hint="logits[:, :-1] is (B, T-1, V); flatten it to (B·(T-1), V) "
+                                "and the targets to (B·(T-1),).")
         if not isinstance(out, Tensor) or out.dim() != 0:
             raise AssertionError(f"lm_loss should return a scalar tensor, got {out!r:.80}")
         expected = lm_loss_reference(logits, token_ids, pad_id)
@@ -68,13 +70,17 @@ def check_lm_loss(lm_loss) -> None:
         for wrong, hint in ((zero_as_pad, f"you left out the targets equal to 0, but here pad_id={pad_id} and 0 is a "
                                           "real token: ignore the targets equal to the pad_id argument "
                                           "(e.g. ignore_index=pad_id), do not hard-code 0"),
-                            (unshifted, "the targets are not shifted: logits[:, t] must be scored against token_ids[:, t+1]"),
+                            (unshifted, "the targets are not shifted: logits[:, t] must be scored against "
+                                        "token_ids[:, t+1]"),
                             (with_pads, "padded positions are counted: leave out targets equal to pad_id"),
-                            (wrong_axis, "the softmax runs over the wrong axis: normalise over the vocabulary (last axis)")):
-            if torch.allclose(out.detach().double(), wrong.double(), atol=1e-6) and not torch.allclose(wrong, expected, atol=1e-6):
+                            (wrong_axis, "the softmax runs over the wrong axis: normalise over the vocabulary "
+                                         "(last axis)")):
+            if (torch.allclose(out.detach().double(), wrong.double(), atol=1e-6)
+                    and not torch.allclose(wrong, expected, atol=1e-6)):
                 raise AssertionError(f"lm_loss = {out.item():.5f}, expected {expected.item():.5f}. Hint: {hint}.")
         assert_tensors_close(out, expected, "lm_loss", atol=1e-5,
-                             hint="score logits[:, :-1] against token_ids[:, 1:], skip padded targets, average the rest")
+                             hint="score logits[:, :-1] against token_ids[:, 1:], skip padded targets, "
+                                  "average the rest")
 
 # %% ../../nbs/checks/08_training.ipynb #b14cf33e
 # The separator is 99, and 0 is an ordinary token inside documents, so a hard-coded separator shows. The first case's
@@ -141,9 +147,11 @@ def _lr_mistakes(s: int, cfg: TrainConfig) -> dict[str, float]:
     if s >= D:
         return {"after decay_iters the rate stays at min_lr (not 0)": 0.0}
     return {"the cosine goes from learning_rate down to min_lr, not to 0": _cosine(s, cfg, min_lr=0.0),
-            "the cosine is one step late: its ratio is (s - W) / (D - W), so the rate is learning_rate exactly at s = W":
+            "the cosine is one step late: its ratio is (s - W) / (D - W), so the rate is learning_rate "
+            "exactly at s = W":
                 _cosine(s, cfg, shift=1),
-            "the cosine is one step early: its ratio is (s - W) / (D - W), so the rate is learning_rate exactly at s = W":
+            "the cosine is one step early: its ratio is (s - W) / (D - W), so the rate is learning_rate "
+            "exactly at s = W":
                 _cosine(s, cfg, shift=-1)}
 
 @checker("Exercise 8.3 — warm-up and cosine decay")
@@ -155,7 +163,8 @@ def check_lr_schedule(lr_schedule) -> None:
             try:
                 out = float(out)
             except (TypeError, ValueError, RuntimeError):
-                raise AssertionError(f"lr_schedule({s}, cfg) should return a number, got {type(out).__name__}.") from None
+                raise AssertionError(f"lr_schedule({s}, cfg) should return a number, "
+                                     f"got {type(out).__name__}.") from None
             expected = lr_at(s, cfg)
             if math.isclose(out, expected, rel_tol=1e-6, abs_tol=1e-12): continue
             hint = next((h for h, wrong in _lr_mistakes(s, cfg).items()
@@ -240,8 +249,10 @@ META_CASES = [
     MetaCase(check_lm_loss, lm_loss_reference,
              {"targets not shifted": _loss_unshifted, "pads averaged in": _loss_with_pads,
               "softmax over positions": _loss_wrong_axis, "ignore_index=0 hard-coded": _loss_ignores_zero},
-             hints={"targets not shifted": "the targets are not shifted", "pads averaged in": "padded positions are counted",
-                    "softmax over positions": "softmax runs over the wrong axis", "ignore_index=0 hard-coded": "do not hard-code 0"}),
+             hints={"targets not shifted": "the targets are not shifted",
+                    "pads averaged in": "padded positions are counted",
+                    "softmax over positions": "softmax runs over the wrong axis",
+                    "ignore_index=0 hard-coded": "do not hard-code 0"}),
     MetaCase(check_pack, pack_documents,
              {"no separators": _pack_no_separators, "eos only between documents": _pack_between_only,
               "drops an exact last window": _pack_drops_exact_last, "pads the last window": _pack_pads_last,
@@ -249,7 +260,8 @@ META_CASES = [
              hints={"no separators": "put eos_token_id after every document",
                     "eos only between documents": "the last full window is missing",
                     "drops an exact last window": "the last full window is missing",
-                    "pads the last window": "keep only full windows", "separator 0 hard-coded": "you used 0 as the separator"}),
+                    "pads the last window": "keep only full windows",
+                    "separator 0 hard-coded": "you used 0 as the separator"}),
     MetaCase(check_lr_schedule, lr_at,
              {"no warm-up": _lr_no_warmup, "decays to zero": _lr_to_zero, "warm-up from zero": _lr_warmup_from_zero,
               "cosine one step late": _lr_late_cosine},

@@ -46,8 +46,10 @@ def _ns_mistakes(model, centers, contexts, negatives) -> dict:
     return {"the noise words need σ of the NEGATIVE dot product, log σ(-u_n·v): you pulled them closer instead.":
                 -(F.logsigmoid(pos) + F.logsigmoid(neg).sum(-1)).mean(),
             "return the MEAN over the pairs, not the sum.": -(F.logsigmoid(pos) + F.logsigmoid(-neg).sum(-1)).sum(),
-            "the noise terms are summed over the K words, not averaged.": -(F.logsigmoid(pos) + F.logsigmoid(-neg).mean(-1)).mean(),
-            "take the log of σ (F.logsigmoid), not σ itself.": -(torch.sigmoid(pos) + torch.sigmoid(-neg).sum(-1)).mean(),
+            "the noise terms are summed over the K words, not averaged.":
+                -(F.logsigmoid(pos) + F.logsigmoid(-neg).mean(-1)).mean(),
+            "take the log of σ (F.logsigmoid), not σ itself.":
+                -(torch.sigmoid(pos) + torch.sigmoid(-neg).sum(-1)).mean(),
             "the vectors come from two tables: v_w from model.center, u_o and u_n from model.context.":
                 -(F.logsigmoid((model.center(contexts) * v).sum(-1))
                   + F.logsigmoid(-(model.center(negatives) * v[:, None]).sum(-1)).sum(-1)).mean()}
@@ -62,19 +64,22 @@ def check_negative_sampling_loss(fn: Callable, # fn(model, centers (P,), context
         expected = _ns_reference(model, c, o, n)
         got = call_learner(fn, model, c, o, n, what="fn(model, centers, contexts, negatives)")
         if isinstance(got, torch.Tensor): got = got.detach()
-        hint = diagnose(got, _ns_mistakes(model, c, o, n), "compare with -(logsigmoid(u_o·v) + Σ_k logsigmoid(-u_n·v)).mean().")
+        hint = diagnose(got, _ns_mistakes(model, c, o, n),
+                        "compare with -(logsigmoid(u_o·v) + Σ_k logsigmoid(-u_n·v)).mean().")
         assert_tensors_close(got, expected.detach(), name="loss", hint=hint)
 
 # %% ../../nbs/checks/05b_word2vec.ipynb #2ade7dbd
 def _ns_flipped(model, c, o, n):
     v = model.center(c)
-    return -(F.logsigmoid((model.context(o) * v).sum(-1)) + F.logsigmoid((model.context(n) * v[:, None]).sum(-1)).sum(-1)).mean()
+    return -(F.logsigmoid((model.context(o) * v).sum(-1))
+             + F.logsigmoid((model.context(n) * v[:, None]).sum(-1)).sum(-1)).mean()
 
 def _ns_sum(model, c, o, n): return _ns_reference(model, c, o, n) * len(c)
 
 def _ns_one_table(model, c, o, n):
     v = model.center(c)
-    return -(F.logsigmoid((model.center(o) * v).sum(-1)) + F.logsigmoid(-(model.center(n) * v[:, None]).sum(-1)).sum(-1)).mean()
+    return -(F.logsigmoid((model.center(o) * v).sum(-1))
+             + F.logsigmoid(-(model.center(n) * v[:, None]).sum(-1)).sum(-1)).mean()
 
 # %% ../../nbs/checks/05b_word2vec.ipynb #ef4bfbb8
 @checker("Exercise 5b.2 — how many skip-gram pairs")
