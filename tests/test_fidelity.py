@@ -168,7 +168,7 @@ def test_holtzman_slice_reproduces():
 def test_cross_attention_with_the_books_attention_equals_torch(T, S, H):
     "Queries from x (T positions), keys/values from memory (S positions), padded memories: as nn.MultiheadAttention."
     from transformerbook.attention import scaled_dot_product_attention
-    from transformerbook.masking import padding_mask
+    from transformerbook.masking import make_padding_mask
     torch.manual_seed(T * 100 + S)
     D = 8 * H
     ref = torch.nn.MultiheadAttention(D, H, batch_first=True).eval()
@@ -178,9 +178,9 @@ def test_cross_attention_with_the_books_attention_equals_torch(T, S, H):
     (W_q, W_k, W_v), (b_q, b_k, b_v) = ref.in_proj_weight.split(D), ref.in_proj_bias.split(D)
     with torch.no_grad():
         q, k, v = split(F.linear(x, W_q, b_q)), split(F.linear(memory, W_k, b_k)), split(F.linear(memory, W_v, b_v))
-        mask = padding_mask(lengths, S)[:, None, None, :]  # (B, 1, 1, S), True = real memory position
+        mask = make_padding_mask(lengths, S)[:, None, None, :]  # (B, 1, 1, S), True = real memory position
         ours = ref.out_proj(scaled_dot_product_attention(q, k, v, mask).transpose(1, 2).flatten(-2))  # (B, T, D)
-        expected, weights = ref(x, memory, memory, key_padding_mask=~padding_mask(lengths, S))
+        expected, weights = ref(x, memory, memory, key_padding_mask=~make_padding_mask(lengths, S))
     torch.testing.assert_close(ours, expected)
     assert weights.shape == (3, T, S) and torch.equal(weights[2, :, 1:], torch.zeros(T, S - 1))  # row 2 sees 1 key
 

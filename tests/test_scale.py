@@ -170,7 +170,7 @@ def test_checkers_pass_the_reference_and_fail_known_mistakes(capsys):
     from transformerbook.checks.scale import META_CASES
     assert len(META_CASES) == 3
     for case in META_CASES:
-        assert case.checker(case.reference) is True
+        assert case.checker(case.reference).passed is True
         for name, wrong in case.wrong.items():
             with pytest.raises(AssertionError, match=case.hints[name].replace("(", r"\(").replace(")", r"\)")):
                 case.checker(wrong)
