@@ -14,12 +14,13 @@ import torch
 
 from transformerbook.checks import evaluation as checks
 from transformerbook.data import load_result, load_tinyshakespeare, train_val_split
-from transformerbook.evaluation import (GPT3_DATA_MIX, MODEL_CARD_NAME, MinHasher, accuracy_with_ci, candidate_batch,
+from transformerbook.cli import MODEL_CARD_NAME, model_card, write_model_card
+from transformerbook.evaluation import (GPT3_DATA_MIX, MinHasher, accuracy_with_ci, candidate_batch,
                                         classify_by_likelihood, cloze_task, contaminated, epochs_elapsed,
                                         estimate_jaccard, exact_duplicates, extraction_matches, jaccard,
-                                        model_card, near_duplicate_pairs, next_line_task, normalize_words,
+                                        near_duplicate_pairs, next_line_task, normalize_words,
                                         score_candidates, sequence_log_likelihood, shingles, speaker_task, speeches,
-                                        verbatim_fraction, wilson_interval, word_ngrams, write_model_card)
+                                        verbatim_fraction, wilson_interval, word_ngrams)
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.tokenization import CharTokenizer
 from transformerbook.training import CHECKPOINT_NAME, TrainConfig, save_checkpoint, train

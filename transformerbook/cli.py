@@ -4,7 +4,8 @@ bar and checkpoints, on one device or many processes, resume it, and generate te
 **In the package** (`transformerbook.cli`): `main(argv)` runs `transformerbook train`, `transformerbook sample` or
 `transformerbook prepare` and returns the exit status (0 on success, 2 for a usage or input error, 1 when training
 diverged or a process of a distributed job died), printing any error as one line; `build_parser()` is its argparse
-parser, whose `--help` documents every option. `python -m transformerbook` is the same command, which is how
+parser, whose `--help` documents every option;
+`model_card(path, data)` and `write_model_card(path, data)` describe a checkpoint in Markdown (`MODEL_CARD_NAME`). `python -m transformerbook` is the same command, which is how
 `torchrun` launches it.
 
 Docs: https://transformerbook.github.io/transformerbook/cli.html.md"""
@@ -15,7 +16,10 @@ Docs: https://transformerbook.github.io/transformerbook/cli.html.md"""
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -31,7 +35,7 @@ from .training import (CHECKPOINT_NAME, DATASETS, DTYPES, PREPARED_META, PRESETS
                                       setup_distributed, train)
 
 # %% auto #0
-__all__ = ['build_parser', 'main']
+__all__ = ['MODEL_CARD_NAME', 'build_parser', 'model_card', 'write_model_card', 'main']
 
 # %% ../nbs/08a_cli.ipynb #9d3739ee
 class _Parser(argparse.ArgumentParser):
@@ -193,9 +197,68 @@ def _train(args) -> int:
     if history.steps and rank == 0:
         print(f"step {history.steps[-1]}: train loss {history.train_loss[-1]:.4f}, val loss {history.val_loss[-1]:.4f} "
               f"({bpb(history.val_loss[-1], 'val'):.3f} bits/byte); checkpoint {ckpt_path}")
-        from transformerbook.evaluation import write_model_card  # chapter 11a: a model card beside every checkpoint
-        print(f"model card {write_model_card(out, data=args.data)}", file=sys.stderr)
+        print(f"model card {write_model_card(out, data=args.data)}", file=sys.stderr)  # chapter 11a reads it
     return 0
+
+# %% ../nbs/08a_cli.ipynb #d0b00d74
+MODEL_CARD_NAME = "MODEL_CARD.md"
+
+def model_card(path: str | Path, # a checkpoint file or a run folder
+               data: str = "tinyshakespeare", # what it was trained on (a dataset name or a file)
+              ) -> str: # Markdown
+    """A model card (Mitchell et al. 2019) for a checkpoint: model, training data and configuration, metrics
+    (final training and validation loss, perplexity), intended use and limitations. `CheckpointError` for a bad file."""
+    ckpt = load_checkpoint(path)
+    m, t, h = ckpt["model_config"], ckpt["train_config"] or {}, ckpt["history"] or {}
+    n_params = GPT(GPTConfig.from_dict(m)).n_params()  # counts tied weights once (chapter 6)
+    tok = (ckpt["tokenizer"] or {}).get("kind", "none stored")
+    corpus = ("TinyShakespeare (1,115,394 characters of Shakespeare's plays; nanoGPT's split: first 90% train, "
+              "last 10% validation)" if data == "tinyshakespeare"
+              else f"`{data}` (first 90% train, last 10% validation)")
+    lines = [f"# Model card: {Path(checkpoint_file(path)).parent.name or 'transformerbook GPT'}", "",
+             "## Model", "",
+             f"- A decoder-only transformer language model (transformerbook `lm_head.GPT`): {m['n_layers']} layers, "
+             f"{m['n_heads']} heads, d_model {m['d_model']}, context {m['context_length']} tokens, "
+             f"vocabulary {m['vocab_size']} ({tok} tokenizer), {n_params:,} parameters.",
+             f"- Trained for {ckpt['step']:,} steps with transformerbook {ckpt.get('code_version', '?')}.", "",
+             "## Training data", "", f"- {corpus}.", "",
+             "## Training configuration", "", "| setting | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in t.items()]
+    lines += ["", "## Metrics", ""]
+    if h.get("steps"):
+        tl, vl = h["train_loss"][-1], h["val_loss"][-1]
+        lines += [f"- At step {h['steps'][-1]:,}: training loss {tl:.4f}, validation loss {vl:.4f} nats per token "
+                  f"(validation perplexity {math.exp(vl):.2f}).",
+                  "- The validation split shares no 13-word sequence with the training split (GPT-3's contamination "
+                  "test; chapter 11a)." if data == "tinyshakespeare" else
+                  "- Contamination between the splits has not been measured for this data."]
+    else:
+        lines += ["- No evaluation was recorded."]
+    lines += ["", "## Intended use", "",
+              "- Teaching and experiments: a small model whose every part can be inspected; generating "
+              "pastiche of its training text.", "",
+              "## Limitations and risks", "",
+              "- It writes plausible-looking text with no notion of truth: do not use its output as fact.",
+              "- Its knowledge and style are those of its training text only; outside it the model is poor.",
+              "- It may reproduce passages of its training data verbatim (chapter 11a measures how often).",
+              "- It has not been evaluated for toxicity or social bias; a model this small and this narrowly "
+              "trained cannot be meaningfully measured for them, and no claim of safety is made.", ""]
+    return "\n".join(lines)
+
+def write_model_card(path: str | Path, # a checkpoint file or a run folder
+                     data: str = "tinyshakespeare", # passed to `model_card`
+                    ) -> Path: # the written MODEL_CARD.md, next to the checkpoint
+    "Write `model_card(path, data)` as MODEL_CARD.md beside the checkpoint, atomically (a crash leaves no half file)."
+    text = model_card(path, data)
+    dest = checkpoint_file(path).parent/MODEL_CARD_NAME
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".MODEL_CARD.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f: f.write(text)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
 
 # %% ../nbs/08a_cli.ipynb #0a28ca07
 def _sample(args) -> int:

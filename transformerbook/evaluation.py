@@ -11,8 +11,7 @@ build held-out tasks from TinyShakespeare, and `gpt2_task_demos` runs J&M's `GPT
 on a Hugging Face GPT-2. `GPT3_DATA_MIX`, `GPT3_TRAINING_TOKENS` and `epochs_elapsed` hold Brown et al.'s data mix;
 `normalize_words`, `shingles`, `jaccard`, `MinHasher`, `estimate_jaccard`, `lsh_candidate_pairs`,
 `near_duplicate_pairs` and `exact_duplicates` deduplicate a corpus; `word_ngrams` and `contaminated` apply GPT-3's
-13-gram overlap test; `verbatim_fraction` and `extraction_matches` measure memorisation; `model_card` and
-`write_model_card` describe a checkpoint in Markdown (`MODEL_CARD_NAME`).
+13-gram overlap test; `verbatim_fraction` and `extraction_matches` measure memorisation; the model cards of this chapter come from `cli.model_card`.
 
 Docs: https://transformerbook.github.io/transformerbook/tasks.html.md"""
 
@@ -23,29 +22,23 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import random
 import re
-import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .lm_head import GPT, GPTConfig
 from .sampling import generate
-from .training import checkpoint_file, load_checkpoint
 
 # %% auto #0
-__all__ = ['Z_95', 'GPT2_PROMPTS', 'GPT3_DATA_MIX', 'GPT3_TRAINING_TOKENS', 'MODEL_CARD_NAME', 'sequence_log_likelihood',
-           'candidate_batch', 'score_candidates', 'classify_by_likelihood', 'wilson_interval', 'accuracy_with_ci',
-           'speeches', 'next_line_task', 'speaker_task', 'cloze_task', 'gpt2_task_demos', 'epochs_elapsed',
-           'normalize_words', 'shingles', 'jaccard', 'MinHasher', 'estimate_jaccard', 'lsh_candidate_pairs',
-           'near_duplicate_pairs', 'exact_duplicates', 'word_ngrams', 'contaminated', 'verbatim_fraction',
-           'extraction_matches', 'model_card', 'write_model_card']
+__all__ = ['Z_95', 'GPT2_PROMPTS', 'GPT3_DATA_MIX', 'GPT3_TRAINING_TOKENS', 'sequence_log_likelihood', 'candidate_batch',
+           'score_candidates', 'classify_by_likelihood', 'wilson_interval', 'accuracy_with_ci', 'speeches',
+           'next_line_task', 'speaker_task', 'cloze_task', 'gpt2_task_demos', 'epochs_elapsed', 'normalize_words',
+           'shingles', 'jaccard', 'MinHasher', 'estimate_jaccard', 'lsh_candidate_pairs', 'near_duplicate_pairs',
+           'exact_duplicates', 'word_ngrams', 'contaminated', 'verbatim_fraction', 'extraction_matches']
 
 # %% ../nbs/11a_tasks.ipynb #d08c20f0
 def _logits_of(model: nn.Module, token_ids: Tensor) -> Tensor:
@@ -436,63 +429,3 @@ def extraction_matches(model: nn.Module, # our `GPT`
     n_new = max(len(t) for t in targets)
     ids = generate(model, [tokenizer.encode(p[:prefix_chars]) for p in passages], n_new, temperature=0)  # (N, P + n)
     return [ids[i, ids.shape[1] - n_new:][:len(t)].tolist() == t for i, t in enumerate(targets)]
-
-# %% ../nbs/11a_tasks.ipynb #95ff4559
-MODEL_CARD_NAME = "MODEL_CARD.md"
-
-def model_card(path: str | Path, # a checkpoint file or a run folder
-               data: str = "tinyshakespeare", # what it was trained on (a dataset name or a file)
-              ) -> str: # Markdown
-    """A model card (Mitchell et al. 2019) for a checkpoint: model, training data and configuration, metrics
-    (final training and validation loss, perplexity), intended use and limitations. `CheckpointError` for a bad file."""
-    ckpt = load_checkpoint(path)
-    m, t, h = ckpt["model_config"], ckpt["train_config"] or {}, ckpt["history"] or {}
-    n_params = GPT(GPTConfig.from_dict(m)).n_params()  # counts tied weights once (chapter 6)
-    tok = (ckpt["tokenizer"] or {}).get("kind", "none stored")
-    corpus = ("TinyShakespeare (1,115,394 characters of Shakespeare's plays; nanoGPT's split: first 90% train, "
-              "last 10% validation)" if data == "tinyshakespeare"
-              else f"`{data}` (first 90% train, last 10% validation)")
-    lines = [f"# Model card: {Path(checkpoint_file(path)).parent.name or 'transformerbook GPT'}", "",
-             "## Model", "",
-             f"- A decoder-only transformer language model (transformerbook `lm_head.GPT`): {m['n_layers']} layers, "
-             f"{m['n_heads']} heads, d_model {m['d_model']}, context {m['context_length']} tokens, "
-             f"vocabulary {m['vocab_size']} ({tok} tokenizer), {n_params:,} parameters.",
-             f"- Trained for {ckpt['step']:,} steps with transformerbook {ckpt.get('code_version', '?')}.", "",
-             "## Training data", "", f"- {corpus}.", "",
-             "## Training configuration", "", "| setting | value |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in t.items()]
-    lines += ["", "## Metrics", ""]
-    if h.get("steps"):
-        tl, vl = h["train_loss"][-1], h["val_loss"][-1]
-        lines += [f"- At step {h['steps'][-1]:,}: training loss {tl:.4f}, validation loss {vl:.4f} nats per token "
-                  f"(validation perplexity {math.exp(vl):.2f}).",
-                  "- The validation split shares no 13-word sequence with the training split (GPT-3's contamination "
-                  "test; chapter 11a)." if data == "tinyshakespeare" else
-                  "- Contamination between the splits has not been measured for this data."]
-    else:
-        lines += ["- No evaluation was recorded."]
-    lines += ["", "## Intended use", "",
-              "- Teaching and experiments: a small model whose every part can be inspected; generating "
-              "pastiche of its training text.", "",
-              "## Limitations and risks", "",
-              "- It writes plausible-looking text with no notion of truth: do not use its output as fact.",
-              "- Its knowledge and style are those of its training text only; outside it the model is poor.",
-              "- It may reproduce passages of its training data verbatim (chapter 11a measures how often).",
-              "- It has not been evaluated for toxicity or social bias; a model this small and this narrowly "
-              "trained cannot be meaningfully measured for them, and no claim of safety is made.", ""]
-    return "\n".join(lines)
-
-def write_model_card(path: str | Path, # a checkpoint file or a run folder
-                     data: str = "tinyshakespeare", # passed to `model_card`
-                    ) -> Path: # the written MODEL_CARD.md, next to the checkpoint
-    "Write `model_card(path, data)` as MODEL_CARD.md beside the checkpoint, atomically (a crash leaves no half file)."
-    text = model_card(path, data)
-    dest = checkpoint_file(path).parent/MODEL_CARD_NAME
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".MODEL_CARD.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f: f.write(text)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return dest
