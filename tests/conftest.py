@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import sys
 from pathlib import Path
 
@@ -75,3 +76,13 @@ def one_torch_thread():
 def sample_chapter():
     "A fresh copy of the synthetic chapter (see `make_sample_chapter`)."
     return make_sample_chapter()
+
+
+def chromium() -> str:
+    "Path of the Chromium the browser tests drive: `$CHROMIUM`, or the first one installed; the test fails without one."
+    for path in [os.environ.get("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser",
+                 "/usr/bin/google-chrome"]:
+        if path and os.access(path, os.X_OK):
+            return path
+    pytest.fail("The browser tests need Chromium: run `make browser` (apt-get install chromium), "
+                "or set CHROMIUM=/path/to/chrome")

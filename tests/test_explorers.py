@@ -22,7 +22,7 @@ import nbformat
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, chromium
 import explorers
 import figures
 import nb2myst
@@ -35,16 +35,6 @@ VIEWPORTS = {"phone": {"width": 400, "height": 850}, "desktop": {"width": 1400, 
 SCREENSHOTS = ROOT / "_build" / "screenshots" / "explorers"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def chromium() -> str:
-    import os
-    for path in [os.environ.get("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser",
-                 "/usr/bin/google-chrome"]:
-        if path and os.access(path, os.X_OK):
-            return path
-    pytest.fail("The explorer test needs Chromium: run `make browser` (apt-get install chromium), "
-                "or set CHROMIUM=/path/to/chrome")
 
 
 # ------------------------------------------------------------------------------------- no browser needed

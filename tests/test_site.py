@@ -8,7 +8,6 @@ Screenshots of the top of every page at 1400 and 400 px go to `_build/screenshot
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ from urllib.parse import urlparse
 import nbformat
 import pytest
 
-from conftest import ROOT, make_sample_chapter
+from conftest import ROOT, chromium, make_sample_chapter
 import build_site
 
 pytestmark = pytest.mark.slow
@@ -37,16 +36,6 @@ PROSE_JS = """el => { const c = el.cloneNode(true);
   return c.textContent; }"""
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def chromium() -> str:
-    "Path of the Chromium to drive: `$CHROMIUM`, or the first one installed; the test fails without one."
-    for path in [os.environ.get("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser",
-                 "/usr/bin/google-chrome"]:
-        if path and os.access(path, os.X_OK):
-            return path
-    pytest.fail("The website test needs Chromium: run `make browser` (apt-get install chromium), "
-                "or set CHROMIUM=/path/to/chrome")
 
 
 def make_lettered_chapter():

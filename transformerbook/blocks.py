@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .multihead import LayerKVCache, MultiHeadAttention, _check_input_dtype
+from .validation import check_positive_int
 
 # %% auto #0
 __all__ = ['NORMS', 'ACTIVATIONS', 'MLP_ACTIVATIONS', 'LayerNorm', 'RMSNorm', 'make_norm', 'FeedForward', 'SwiGLUFeedForward',
@@ -40,8 +41,7 @@ class LayerNorm(nn.Module):
                  fused: bool = False, # use torch's fused `F.layer_norm` (same maths) instead of the code below
                 ):
         super().__init__()
-        if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
-            raise ValueError(f"d_model={d_model!r} must be a positive int")
+        check_positive_int("d_model", d_model)
         if eps < 0: raise ValueError(f"eps={eps} must be >= 0")
         self.d_model, self.eps, self.fused = d_model, eps, fused
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
@@ -78,8 +78,7 @@ class RMSNorm(nn.Module):
                  fused: bool = False, # use torch's fused `F.rms_norm` (same maths) instead of the code below
                 ):
         super().__init__()
-        if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
-            raise ValueError(f"d_model={d_model!r} must be a positive int")
+        check_positive_int("d_model", d_model)
         if eps < 0: raise ValueError(f"eps={eps} must be >= 0")
         self.d_model, self.eps, self.fused = d_model, eps, fused
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
