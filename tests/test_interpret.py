@@ -283,7 +283,7 @@ def test_train_in_stages_continues_a_shorter_run(tmp_path):
 
 def test_train_in_stages_bad_input(tmp_path):
     cfg, tr, va = _small_run()
-    with pytest.raises(ValueError, match="every=0 must be an int >= 1"):
+    with pytest.raises(ValueError, match="every=0 must be a positive int"):
         train_in_stages(GPT(cfg), tr, va, TrainConfig(max_iters=2), tmp_path, every=0)
     train_cfg = TrainConfig(max_iters=2, batch_size=2, warmup_iters=1, eval_interval=1, eval_iters=1)
     torch.manual_seed(0)

@@ -229,9 +229,9 @@ def test_bad_masks_and_caches(small):
     (dict(vocab_size=10.0), "vocab_size=10.0 must be a positive int"),
     (dict(dropout=1.0), "dropout=1.0 must be in"),
     (dict(norm="sandwich"), "norm='sandwich'"),
-    (dict(activation="swish"), "activation='swish' is not one of"),
+    (dict(activation="swish"), "activation='swish' must be one of"),
     (dict(positional="rope"), "positional='rope'"),
-    (dict(layer_norm_eps=0.0), "layer_norm_eps=0.0 must be a positive float"),
+    (dict(layer_norm_eps=0.0), "layer_norm_eps=0.0 must be a positive finite number"),
     (dict(tie_weights="yes"), "tie_weights='yes' must be True or False"),
 ])
 def test_config_validation(kw, message):

@@ -280,7 +280,7 @@ def test_kv_cache_bytes_gpt2_small_and_errors():
 
 @pytest.fixture
 def char_lm():
-    tok = CharTokenizer.train("abcdefgh ")
+    tok = CharTokenizer().train("abcdefgh ")
     return tiny_gpt(7, dtype=torch.float32, vocab_size=tok.vocab_size, context_length=8), tok
 
 
@@ -357,7 +357,7 @@ def test_perplexity_rejects_batches_and_non_integer_ids():
         perplexity(model, [1.5, 2.7, 3.2])
     with pytest.raises(TypeError, match="got dtype torch.bool"):
         perplexity(model, ids[0] > 3)
-    with pytest.raises(ValueError, match=r"prompt_length=1 must be in \[1, T=0\)"):
+    with pytest.raises(ValueError, match=r"prompt_length=1 must be an int in \[1, T=0\)"):
         perplexity(model, [])
     assert perplexity(model, ids[0].int()) == perplexity(model, ids[0])  # any integer dtype
 

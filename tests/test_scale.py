@@ -15,7 +15,7 @@ import torch
 
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.scale import ZERO_STAGES, gpt_n_params, mfu, model_flops_per_token, sharded_memory
-from transformerbook.tokenization import BPETokenizer, CharTokenizer, GPT2Tokenizer
+from transformerbook.tokenization import BPETokenizer, CharTokenizer, TiktokenGPT2
 
 MB = 1 << 20
 # Peak anonymous resident memory (the process's own allocations), sampled every 5 ms: reading a token file whole, or
@@ -98,12 +98,12 @@ def test_preparing_a_50_mb_corpus_keeps_memory_bounded(tmp_path):
     assert meta["train_bytes"] + meta["val_bytes"] == corpus.stat().st_size
     head = corpus.read_text(encoding="utf-8")[:5000]
     ids = np.memmap(tmp_path/"prepared"/"train.bin", dtype=np.uint16, mode="r")[:200].tolist()
-    assert ids == GPT2Tokenizer().encode(head)[:200]
+    assert ids == TiktokenGPT2().encode(head)[:200]
 
 
 # ---------------------------------------------------------------- streaming tokenization
-@pytest.mark.parametrize("make", [GPT2Tokenizer, lambda: BPETokenizer().train("the cat sat on the mat. " * 20, 280),
-                                  lambda: CharTokenizer.train("abc ")])
+@pytest.mark.parametrize("make", [TiktokenGPT2, lambda: BPETokenizer().train("the cat sat on the mat. " * 20, 280),
+                                  lambda: CharTokenizer().train("abc ")])
 def test_encode_iterable_is_lazy(make):
     tok = make()
     endless = itertools.repeat("abc cab bca ")  # never ends: only a lazy encoder can return
@@ -115,7 +115,7 @@ def test_encode_iterable_equals_encode_on_random_cuts():
     from transformerbook.data import load_tinyshakespeare
     text = load_tinyshakespeare()[:30_000] + "  naïve\n\n\t東京  12,345.67 don't  it's <|endoftext|> x  \n"
     rng = np.random.default_rng(1)
-    gpt2 = GPT2Tokenizer()
+    gpt2 = TiktokenGPT2()
     bpe = BPETokenizer().train(text[:5000], 400)
     for tok, encode in ((gpt2, gpt2.encode), (bpe, bpe.encode_ordinary)):
         expected = encode(text)

@@ -2,8 +2,10 @@
 Unicode, round trips, the fast trainer against the plain one, special tokens, serialisation and bad input."""
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
+import warnings
 from collections import Counter
 
 import pytest
@@ -14,9 +16,9 @@ from hypothesis import strategies as st
 
 from transformerbook.data import (END_OF_TEXT, END_OF_TEXT_ID, GPT2_PAT_STR, MIRROR_ENV, ChecksumError, data_path,
                                   gpt2_encoding, load_tinyshakespeare, train_val_split)
-from transformerbook.tokenization import (BasicBPETokenizer, BPETokenizer, CharTokenizer, GPT2Tokenizer,
-                                          bytes_to_unicode, get_pair_counts, merge, most_frequent_pair,
-                                          tokenizer_from_dict)
+from transformerbook.tokenization import (BasicBPETokenizer, BPETokenizer, CharTokenizer, TiktokenGPT2,
+                                          TokenizerProtocol, bytes_to_unicode, get_pair_counts, merge,
+                                          most_frequent_pair, tokenizer_from_dict)
 
 IMPLEMENTATIONS = [BasicBPETokenizer, BPETokenizer]
 SMALL_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
@@ -231,8 +233,8 @@ def test_to_dict_round_trip(cls):
 def test_from_dict_other_kinds(gpt2_ours):
     assert gpt2_ours.to_dict() == {"kind": "bpe", "preset": "gpt2"}
     assert tokenizer_from_dict(gpt2_ours.to_dict()).encode("Hello world") == [15496, 995]
-    assert isinstance(tokenizer_from_dict({"kind": "gpt2"}), GPT2Tokenizer)
-    assert tokenizer_from_dict(CharTokenizer.train("abc").to_dict()).chars == ["a", "b", "c"]
+    assert isinstance(tokenizer_from_dict({"kind": "gpt2"}), TiktokenGPT2)
+    assert tokenizer_from_dict(CharTokenizer().train("abc").to_dict()).chars == ["a", "b", "c"]
     with pytest.raises(ValueError, match="'llama'"):
         tokenizer_from_dict({"kind": "bpe", "preset": "llama"})
     with pytest.raises(ValueError, match="'wordpiece'"):
@@ -256,7 +258,7 @@ def test_decode_accepts_tensors_and_rejects_unknown_ids(small_bpe):
 def test_bad_training_arguments(cls):
     with pytest.raises(ValueError, match="vocab_size=255"):
         cls().train("abc", 255)
-    with pytest.raises(ValueError, match="vocab_size=256 must be an int >= 256 \\+ 1"):
+    with pytest.raises(ValueError, match=r"vocab_size=256 must be an int >= 257 \(256 bytes \+ 1 special token"):
         cls().train("abc", 256, special_tokens=[END_OF_TEXT])
     with pytest.raises(ValueError, match="vocab_size=300.0"):
         cls().train("abc", 300.0)
@@ -269,11 +271,68 @@ def test_bad_training_arguments(cls):
 
 
 def test_char_and_gpt2_tokenizers():
-    tok = CharTokenizer.train("hello")
+    tok = CharTokenizer().train("hello")
     assert tok.decode(tok.encode("hole")) == "hole"
     with pytest.raises(ValueError, match="character 'z'"):
         tok.encode("z")
-    gpt2 = GPT2Tokenizer()
+    gpt2 = TiktokenGPT2()
     assert gpt2.encode(f"a{END_OF_TEXT}", allow_special=True)[-1] == END_OF_TEXT_ID == gpt2.eos_token_id
     with pytest.raises(ValueError, match="token id 50257"):
         gpt2.decode([50257])
+
+
+# --- one protocol for every tokenizer -----------------------------------------------------------------------------
+
+PROTOCOL_TEXT = "the cat sat on the mat; naïve café. " * 3
+EVERY_TOKENIZER = {
+    "char": lambda: CharTokenizer().train(PROTOCOL_TEXT),
+    "basic-bpe": lambda: BasicBPETokenizer().train(PROTOCOL_TEXT, 270),
+    "bpe": lambda: BPETokenizer().train(PROTOCOL_TEXT, 270, special_tokens=[END_OF_TEXT]),
+    "bpe-from-gpt2": BPETokenizer.from_gpt2,
+    "tiktoken-gpt2": TiktokenGPT2,
+}
+
+
+@pytest.mark.parametrize("name", EVERY_TOKENIZER)
+def test_every_tokenizer_meets_the_protocol(name):
+    tok = EVERY_TOKENIZER[name]()
+    assert isinstance(tok, TokenizerProtocol)
+    ids = tok.encode(PROTOCOL_TEXT)
+    assert all(isinstance(i, int) and 0 <= i < tok.vocab_size for i in ids)
+    assert tok.decode(ids) == tok.decode(torch.tensor(ids)) == PROTOCOL_TEXT
+    pieces = [PROTOCOL_TEXT[:5], PROTOCOL_TEXT[5:41], PROTOCOL_TEXT[41:]]
+    assert list(tok.encode_iterable(iter(pieces))) == ids
+    assert tokenizer_from_dict(json.loads(json.dumps(tok.to_dict()))).encode(PROTOCOL_TEXT) == ids
+
+
+@pytest.mark.parametrize("name", EVERY_TOKENIZER)
+def test_train_has_one_shape(name):
+    "`tok.train(text, vocab_size)`: the same two leading parameters, training in place and returning the tokenizer."
+    tok = EVERY_TOKENIZER[name]()
+    assert list(inspect.signature(tok.train).parameters)[:2] == ["text", "vocab_size"]
+    if isinstance(tok, TiktokenGPT2):
+        with pytest.raises(NotImplementedError, match="cannot be trained"):
+            tok.train(PROTOCOL_TEXT, 300)
+        return
+    n = len(set(PROTOCOL_TEXT)) if isinstance(tok, CharTokenizer) else 265
+    assert tok.train("abc " + PROTOCOL_TEXT, n + (1 if isinstance(tok, CharTokenizer) else 0)) is tok
+    assert tok.vocab_size == n + (1 if isinstance(tok, CharTokenizer) else 0)
+
+
+def test_char_tokenizer_train_on_the_class_is_a_fresh_instance():
+    assert CharTokenizer.train("hello").chars == CharTokenizer().train("hello").chars == list("ehlo")
+    with pytest.raises(ValueError, match="vocab_size=3, but the text has 4 distinct characters"):
+        CharTokenizer().train("hello", 3)
+    with pytest.raises(ValueError, match="empty text"):
+        CharTokenizer().train("")
+
+
+def test_gpt2_tokenizer_is_a_deprecated_alias_of_tiktoken_gpt2():
+    import transformerbook.tokenization as T
+    with pytest.warns(DeprecationWarning, match="TiktokenGPT2"):
+        old = T.GPT2Tokenizer
+    assert old is TiktokenGPT2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        names = {n: getattr(T, n) for n in T.__all__}  # what `import *` takes: the alias is not in it
+    assert "GPT2Tokenizer" not in names and names["TiktokenGPT2"] is TiktokenGPT2

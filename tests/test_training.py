@@ -383,7 +383,7 @@ def test_tinyshakespeare_split_sizes():
 
 
 def test_lr_at_rejects_a_negative_step():
-    with pytest.raises(ValueError, match="step=-1 must be an int >= 0"):
+    with pytest.raises(ValueError, match="step=-1 must be a non-negative int"):
         lr_at(-1, TrainConfig())
 
 
@@ -537,14 +537,14 @@ def test_checkpoint_tensors_are_stored_for_any_device(tmp_path):
 
 # ---------------------------------------------------------------- data at scale
 def test_prepare_data_char_and_gpt2(tmp_path):
-    from transformerbook.tokenization import GPT2Tokenizer
+    from transformerbook.tokenization import TiktokenGPT2
     from transformerbook.training import load_prepared, prepare_data
     (tmp_path/"docs").mkdir()
     texts = ["First document.\nIt has two lines.\n" * 30, "Zweites Dokument: naïve café.\n" * 30]
     for i, t in enumerate(texts): (tmp_path/"docs"/f"{i}.txt").write_text(t, encoding="utf-8")
     meta = prepare_data(tmp_path/"docs", tmp_path/"gpt2", "gpt2", progress=False)
     tok, train_ids, val_ids, _ = load_prepared(tmp_path/"gpt2")
-    gpt2 = GPT2Tokenizer()
+    gpt2 = TiktokenGPT2()
     expected = gpt2.encode(texts[0]) + [50256] + gpt2.encode(texts[1]) + [50256]  # each file ends with <|endoftext|>
     joined = train_ids.tolist() + val_ids.tolist()
     assert meta["dtype"] == "uint16" and meta["files"] == 2 and meta["train_bytes"] + meta["val_bytes"] == sum(

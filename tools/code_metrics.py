@@ -42,7 +42,7 @@ def docstring_lines(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if isinstance(first, ast.Expr) and isinstance(getattr(first.value, "value", None), str):
                 lines.update(range(first.lineno, first.end_lineno + 1))
     return lines
 
@@ -73,7 +73,8 @@ def guard_lines(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and _only_raises(node):
             lines.update(range(node.lineno, node.end_lineno + 1))
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and CHECK_CALL.match(_call_name(node.value)):
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and CHECK_CALL.match(
+                _call_name(node.value)):
             lines.update(range(node.lineno, node.end_lineno + 1))
     return lines
 

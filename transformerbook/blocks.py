@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .multihead import LayerKVCache, MultiHeadAttention, _check_input_dtype
-from .validation import check_positive_int
+from .multihead import LayerKVCache, MultiHeadAttention
+from .validation import check_choice, check_input_dtype, check_positive_int, check_positive_ints
 
 # %% auto #0
 __all__ = ['NORMS', 'ACTIVATIONS', 'MLP_ACTIVATIONS', 'LayerNorm', 'RMSNorm', 'make_norm', 'FeedForward', 'SwiGLUFeedForward',
@@ -104,7 +104,7 @@ def make_norm(normalization: str, # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm
               fused: bool = False, # torch's fused LayerNorm kernel
              ) -> nn.Module:
     "A `LayerNorm` or an `RMSNorm` of width d_model; `ValueError` naming an unknown normalization."
-    if normalization not in NORMS: raise ValueError(f"normalization={normalization!r} is not one of {list(NORMS)}")
+    check_choice("normalization", normalization, NORMS)
     if normalization == "layer": return LayerNorm(d_model, eps=eps, bias=bias, fused=fused)
     return RMSNorm(d_model, eps=eps, fused=fused)
 
@@ -126,11 +126,8 @@ class FeedForward(nn.Module):
                  activation: str = "gelu_tanh", # one of ACTIVATIONS
                 ):
         super().__init__()
-        for name, n in (("d_model", d_model), ("d_ff", d_ff)):
-            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ValueError(f"{name}={n!r} must be a positive int")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation={activation!r} is not one of {sorted(ACTIVATIONS)}")
+        check_positive_ints(d_model=d_model, d_ff=d_ff)
+        check_choice("activation", activation, ACTIVATIONS)
         self.activation = activation
         self.fc = nn.Linear(d_model, d_ff, bias=bias)  # W₁: D -> F
         self.proj = nn.Linear(d_ff, d_model, bias=bias)  # W₂: F -> D
@@ -140,7 +137,7 @@ class FeedForward(nn.Module):
                ) -> Tensor: # (..., D)
         "(B, T, D) -> (B, T, F) -> (B, T, D), each position independently; `TypeError` if x's dtype is not the weights'"
         if not isinstance(x, Tensor): raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        _check_input_dtype(x, self.fc.weight)
+        check_input_dtype(x, self.fc.weight)
         return self.dropout(self.proj(ACTIVATIONS[self.activation](self.fc(x))))
 
 # %% ../nbs/04_blocks.ipynb #52ebd004
@@ -154,9 +151,7 @@ class SwiGLUFeedForward(nn.Module):
                  bias: bool = False, # biases in the three layers (Llama, Mixtral: none)
                 ):
         super().__init__()
-        for name, n in (("d_model", d_model), ("d_ff", d_ff)):
-            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ValueError(f"{name}={n!r} must be a positive int")
+        check_positive_ints(d_model=d_model, d_ff=d_ff)
         self.w1 = nn.Linear(d_model, d_ff, bias=bias)  # gate projection W₁: D -> F (HF Llama: gate_proj)
         self.w3 = nn.Linear(d_model, d_ff, bias=bias)  # up projection W₃: D -> F (up_proj)
         self.w2 = nn.Linear(d_ff, d_model, bias=bias)  # down projection W₂: F -> D (down_proj)
@@ -166,7 +161,7 @@ class SwiGLUFeedForward(nn.Module):
                ) -> Tensor: # (..., D)
         "(..., D) -> (..., F) -> (..., D), each position independently; `TypeError` if x's dtype is not the weights'"
         if not isinstance(x, Tensor): raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        _check_input_dtype(x, self.w1.weight)
+        check_input_dtype(x, self.w1.weight)
         return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))  # (..., F) ⊙ (..., F) -> (..., D)
 
 MLP_ACTIVATIONS = (*ACTIVATIONS, "swiglu")  # FeedForward's activations, or the gated SwiGLU network
@@ -178,8 +173,7 @@ def make_mlp(d_model: int, # model width D
              bias: bool = True, # biases in the layers
             ) -> nn.Module: # (..., D) -> (..., D)
     "A `SwiGLUFeedForward` for activation='swiglu', else a `FeedForward`; `ValueError` naming an unknown activation."
-    if activation not in MLP_ACTIVATIONS:
-        raise ValueError(f"activation={activation!r} is not one of {sorted(MLP_ACTIVATIONS)}")
+    check_choice("activation", activation, MLP_ACTIVATIONS)
     if activation == "swiglu": return SwiGLUFeedForward(d_model, d_ff, dropout=dropout, bias=bias)
     return FeedForward(d_model, d_ff, dropout=dropout, bias=bias, activation=activation)
 
@@ -208,8 +202,7 @@ class TransformerBlock(nn.Module):
                  qk_norm: bool = False, # RMSNorm on each head's queries and keys (Qwen3)
                 ):
         super().__init__()
-        if norm not in ("pre", "post"):
-            raise ValueError(f"norm={norm!r} must be 'pre' or 'post'")
+        check_choice("norm", norm, ("pre", "post"))
         self.norm = norm
         self.ln_1 = make_norm(normalization, d_model, eps=layer_norm_eps, bias=bias, fused=fused)
         self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, fused=fused, n_kv_heads=n_kv_heads,

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from .data import DataUnavailableError, ChecksumError, train_val_split
 from .lm_head import GPT, GPTConfig
-from .tokenization import CharTokenizer, GPT2Tokenizer
+from .tokenization import CharTokenizer, TiktokenGPT2
 from .training import (CHECKPOINT_NAME, DATASETS, DTYPES, PREPARED_META, PRESETS, RESUMABLE,
                                       CheckpointError, TrainConfig, TrainingDivergedError, bits_per_byte, check_batch_split,
                                       checkpoint_file, load_checkpoint, load_dataset, load_model, load_prepared,
@@ -127,7 +127,7 @@ def _load_corpus(data: str, tokenizer: str) -> tuple:
     elif path.is_file():
         text = path.read_text(encoding="utf-8")
         if not text: raise ValueError(f"the corpus {path} is empty")
-        tok = CharTokenizer.train(text) if tokenizer == "char" else GPT2Tokenizer()
+        tok = CharTokenizer().train(text) if tokenizer == "char" else TiktokenGPT2()
         train_ids, val_ids = (torch.tensor(tok.encode(s), dtype=torch.long) for s in train_val_split(text, 0.9))
     else:
         raise ValueError(f"unknown data set {data!r}: use one of {list(DATASETS)}, a text file or a prepared folder")

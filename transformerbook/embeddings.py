@@ -126,8 +126,7 @@ def rotary_frequencies(d_head: int, # per-head width Dh (even)
     2021 eq. 15); with `scaling`, Llama 3's rule: wavelengths longer than the original context / low_freq_factor are
     divided by `factor`, shorter than context / high_freq_factor kept, and in between interpolated smoothly (as in
     Hugging Face's `_compute_llama3_parameters`). Raises `ValueError` for an odd d_head or an unknown scaling."""
-    if not isinstance(d_head, int) or d_head < 2 or d_head % 2:
-        raise ValueError(f"d_head={d_head!r} must be a positive even int: rotary positions rotate pairs of features")
+    check_positive_even_int("d_head", d_head, "rotary positions rotate pairs of features")
     omega = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (Dh/2,)
     if scaling is None: return omega
     if scaling.get("rope_type", scaling.get("type")) != "llama3":

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from .sampling import generate
+from .validation import check_choice, check_positive_int
 
 # %% auto #0
 __all__ = ['Z_95', 'GPT2_PROMPTS', 'GPT3_DATA_MIX', 'GPT3_TRAINING_TOKENS', 'sequence_log_likelihood', 'candidate_batch',
@@ -62,7 +63,7 @@ def sequence_log_likelihood(model: nn.Module, # our `GPT`, or a Hugging Face cau
     """Log-likelihood of each row by the chain rule (notes eq. 19.1): the sum (or mean) over scored tokens t >= 1 of
     log P(token_t | tokens_<t), read from one forward pass in eval mode. Raises `ValueError` for a bad reduction,
     token ids that are not (B, T) int64 with T >= 2, a mask of another shape or dtype, or a row with nothing scored."""
-    if reduction not in ("sum", "mean"): raise ValueError(f"reduction={reduction!r} must be 'sum' or 'mean'")
+    check_choice("reduction", reduction, ("sum", "mean"))
     if (not isinstance(token_ids, Tensor) or token_ids.dim() != 2 or token_ids.dtype != torch.long
             or token_ids.shape[1] < 2):
         raise ValueError(f"token_ids must be a (B, T) int64 tensor with T >= 2, got "
@@ -168,7 +169,7 @@ def wilson_interval(k: int, # number of successes
                     z: float = Z_95, # normal quantile; 1.96 gives a 95% interval
                    ) -> tuple: # (low, high), both in [0, 1]
     "Wilson's score interval for a binomial proportion k/n (Wilson 1927). `ValueError` if n < 1 or k not in [0, n]."
-    if not isinstance(n, int) or n < 1: raise ValueError(f"n={n!r} must be a positive int (the number of trials)")
+    check_positive_int("n", n, "the number of trials")
     if not 0 <= k <= n: raise ValueError(f"k={k!r} must lie in [0, n={n}]")
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
@@ -276,7 +277,7 @@ GPT2_PROMPTS = {  # J&M 10.7's examples
 
 @torch.no_grad()
 def gpt2_task_demos(model: nn.Module, # a Hugging Face `GPT2LMHeadModel` (or our GPT) with GPT-2's vocabulary
-                    tokenizer, # `tokenization.GPT2Tokenizer`
+                    tokenizer, # `tokenization.TiktokenGPT2`
                     max_new_tokens: int = 20, # length of the greedy tl;dr summary
                    ) -> dict: # {"sentiment": [(prompt, log-probs, choice)], "qa": [...], "tldr": [(prompt, summary)]}
     "J&M 10.7's sentiment, question-answering and tl;dr prompts: the first two as likelihood classifiers, tl;dr greedy."
@@ -339,7 +340,7 @@ class MinHasher:
     "MinHash signatures with `num_perm` hash functions h_i(x) = (a_i x + b_i mod 2^61-1) mod 2^32 (Broder 1997)."
     def __init__(self, num_perm: int = 128, # P, the signature length
                  seed: int = 1):
-        if not isinstance(num_perm, int) or num_perm < 1: raise ValueError(f"num_perm={num_perm!r} must be an int >= 1")
+        check_positive_int("num_perm", num_perm)
         gen = np.random.RandomState(seed)
         self.a = gen.randint(1, int(_MERSENNE_PRIME), size=num_perm, dtype=np.uint64)  # (P,)
         self.b = gen.randint(0, int(_MERSENNE_PRIME), size=num_perm, dtype=np.uint64)  # (P,)
@@ -391,7 +392,7 @@ def exact_duplicates(passages: Sequence[str]) -> list:
 # %% ../nbs/11a_tasks.ipynb #60648ab5
 def word_ngrams(text: str, n: int = 13) -> set:
     "The set of n-word tuples of `text` after `normalize_words` (lower case, punctuation dropped)."
-    if not isinstance(n, int) or n < 1: raise ValueError(f"n={n!r} must be an int >= 1")
+    check_positive_int("n", n)
     words = normalize_words(text)
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 

@@ -37,6 +37,7 @@ from .data import cache_dir
 from .lm_head import GPT, GPTConfig, logit_lens
 from .training import (CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint,
                                       load_dataset, load_model, save_checkpoint, train)
+from .validation import check_in_interval, check_int_in_range, check_positive_int, check_positive_ints
 
 # %% auto #0
 __all__ = ['HEAD_SCORES', 'INDUCTION_BATCH', 'attention_patterns', 'previous_token_score', 'first_token_score',
@@ -116,8 +117,7 @@ def induction_score(weights: Tensor, # (..., T, T) weights on a sequence that re
     induction head, about 1/i for uniform attention. Raises `ValueError` unless 1 <= period < T."""
     _check_weights(weights)
     T = weights.shape[-1]
-    if not isinstance(period, int) or not 1 <= period < T:
-        raise ValueError(f"period={period!r} must be an int in [1, T={T})")
+    check_int_in_range("period", period, 1, T, "T")
     queries = torch.arange(period, T, device=weights.device)  # (T - L,) positions in the later copies
     return weights[..., queries, queries - period + 1].mean(-1)  # (..., T - L) -> (...)
 
@@ -128,10 +128,7 @@ def repeated_random_tokens(vocab_size: int, # V: tokens are drawn uniformly from
                            generator: torch.Generator | None = None,
                           ) -> Tensor: # (B, L · n_repeats) int64
     "Uniformly random token segments, each repeated `n_repeats` times (Olsson et al. 2022): copying is the only help."
-    for name, v in (("vocab_size", vocab_size), ("period", period), ("batch_size", batch_size),
-                    ("n_repeats", n_repeats)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name}={v!r} must be a positive int")
+    check_positive_ints(vocab_size=vocab_size, period=period, batch_size=batch_size, n_repeats=n_repeats)
     segments = torch.randint(vocab_size, (batch_size, period), generator=generator)  # (B, L)
     return segments.repeat(1, n_repeats)  # (B, L) -> (B, L·n_repeats)
 
@@ -201,10 +198,8 @@ def repeat_segment_batch(data: Tensor, # (N,) int64 token ids of a split
     repeated sequences, embedded in ordinary text). Where the copy is and how long it is change from window to window,
     so only a model that recognises the repeated *content* can predict it. Raises `ValueError` for T < 8 or a fraction
     outside [0, 1], and what `get_batch` raises."""
-    if not isinstance(context_length, int) or context_length < 8:
-        raise ValueError(f"context_length={context_length!r} must be an int >= 8")
-    if not isinstance(repeat_fraction, (int, float)) or not 0 <= repeat_fraction <= 1:
-        raise ValueError(f"repeat_fraction={repeat_fraction!r} must be a number in [0, 1]")
+    check_int_in_range("context_length", context_length, 8)
+    check_in_interval("repeat_fraction", repeat_fraction, "[0, 1]")
     token_ids, targets = get_batch(data, batch_size, context_length, generator)  # (B, T), (B, T)
     seq = torch.cat([token_ids, targets[:, -1:]], dim=1)  # (B, T + 1): the window and the token after it
     T = context_length
@@ -244,7 +239,7 @@ def train_in_stages(model: GPT, # trained in place
     Each stage resumes the previous one, so the weights are those of one uninterrupted run with `cfg` (its cosine
     schedule ends at `cfg.max_iters`). A folder that already holds some stages continues after the last one. Raises
     `ValueError` for `every` < 1, and what `train` raises."""
-    if not isinstance(every, int) or every < 1: raise ValueError(f"every={every!r} must be an int >= 1")
+    check_positive_int("every", every)
     out_dir, cfg = Path(out_dir), replace(cfg, lr_decay_iters=cfg.decay_iters)  # fix the schedule to the whole run
     stops = [0, *range(every, cfg.max_iters, every), cfg.max_iters]
     snap = lambda step: out_dir/f"step-{step:06d}.pt"

@@ -26,6 +26,8 @@ from .blocks import MLP_ACTIVATIONS, NORMS, TransformerBlock, make_norm
 from .embeddings import Embeddings, RotaryEmbedding
 from .masking import causal_mask, combine_masks
 from .multihead import KVCache
+from .validation import (check_choice, check_in_interval, check_positive_int, check_positive_ints,
+                                        check_positive_number)
 
 # %% auto #0
 __all__ = ['POSITIONALS', 'GPTConfig', 'gpt2_init', 'GPT', 'approx_non_embedding_params', 'logit_lens']
@@ -63,36 +65,27 @@ class GPTConfig:
         if self.d_ff is None: self.d_ff = 4 * self.d_model
         if self.n_kv_heads is None: self.n_kv_heads = self.n_heads
         for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers", "d_ff", "n_kv_heads"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive int")
+            check_positive_int(name, getattr(self, name))
         if self.d_head is None:
             if self.d_model % self.n_heads:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
             self.d_head = self.d_model // self.n_heads
-        if not isinstance(self.d_head, int) or isinstance(self.d_head, bool) or self.d_head < 1:
-            raise ValueError(f"d_head={self.d_head!r} must be a positive int")
+        check_positive_int("d_head", self.d_head)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
-        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
+        check_in_interval("dropout", self.dropout, "[0, 1)")
         for name in ("bias", "tie_weights", "fused", "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
-        if self.norm not in ("pre", "post"):
-            raise ValueError(f"norm={self.norm!r} must be 'pre' or 'post'")
-        if self.normalization not in NORMS:
-            raise ValueError(f"normalization={self.normalization!r} is not one of {list(NORMS)}")
-        if self.positional not in POSITIONALS:
-            raise ValueError(f"positional={self.positional!r} is not one of {list(POSITIONALS)}")
+        check_choice("norm", self.norm, ("pre", "post"))
+        check_choice("normalization", self.normalization, NORMS)
+        check_choice("positional", self.positional, POSITIONALS)
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"positional='sinusoidal' needs an even d_model, got d_model={self.d_model}")
         if self.positional == "rotary" and self.d_head % 2:
             raise ValueError(f"positional='rotary' needs an even d_head, got d_head={self.d_head}")
-        if self.activation not in MLP_ACTIVATIONS:
-            raise ValueError(f"activation={self.activation!r} is not one of {sorted(MLP_ACTIVATIONS)}")
-        if not isinstance(self.layer_norm_eps, (int, float)) or not self.layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps={self.layer_norm_eps!r} must be a positive float")
+        check_choice("activation", self.activation, MLP_ACTIVATIONS)
+        check_positive_number("layer_norm_eps", self.layer_norm_eps)
 
     @classmethod
     def gpt2_small(cls, **overrides) -> "GPTConfig":
@@ -253,8 +246,7 @@ def approx_non_embedding_params(n_layers: int, # number of transformer blocks
                                 d_model: int, # residual-stream width d
                                ) -> int: # approximate number of non-embedding parameters
     "Kaplan et al.'s estimate N ≈ 12·n_layers·d_model² (J&M eq. 10.55): weights of attention and feed-forward only."
-    for name, v in (("n_layers", n_layers), ("d_model", d_model)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{name}={v!r} must be a positive int")
+    check_positive_ints(n_layers=n_layers, d_model=d_model)
     return 12 * n_layers * d_model ** 2
 
 # %% ../nbs/06_lm_head.ipynb #91e87536

@@ -29,19 +29,15 @@ from torch import Tensor, nn
 from .blocks import MLP_ACTIVATIONS, make_mlp
 from .blocks import SwiGLUFeedForward  # noqa: F401 (moe.SwiGLUFeedForward: its earlier home)
 from .lm_head import GPT, gpt2_init
-from .multihead import _check_input_dtype
+from .validation import check_input_dtype, check_instance, check_positive_int, check_positive_ints
 
 # %% auto #0
 __all__ = ['EXPERT_ACTIVATIONS', 'TopKRouter', 'make_expert', 'MoEFeedForward', 'copy_from_mixtral', 'copy_to_mixtral',
            'expert_usage', 'load_balancing_loss', 'moe_param_counts', 'use_moe', 'collect_router_logits']
 
 # %% ../nbs/10_moe.ipynb #60fdc046
-def _check_size(name: str, n) -> None:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"{name}={n!r} must be a positive int")
-
 def _check_top_k(top_k, n_experts: int) -> None:
-    _check_size("top_k", top_k)
+    check_positive_int("top_k", top_k)
     if top_k > n_experts:
         raise ValueError(f"top_k={top_k} is larger than n_experts={n_experts}: a token cannot visit more experts than exist")
 
@@ -52,7 +48,7 @@ def _check_x(x, d_model: int, weight: Tensor) -> None:
                         f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
     if x.dim() < 1 or x.shape[-1] != d_model:
         raise ValueError(f"last dimension of x must be d_model={d_model}, got shape {tuple(x.shape)}")
-    _check_input_dtype(x, weight)
+    check_input_dtype(x, weight)
 
 # %% ../nbs/10_moe.ipynb #084beec5
 class TopKRouter(nn.Module):
@@ -66,8 +62,8 @@ class TopKRouter(nn.Module):
                  renormalize: bool = True,
                 ):
         super().__init__()
-        _check_size("d_model", d_model)
-        _check_size("n_experts", n_experts)
+        check_positive_int("d_model", d_model)
+        check_positive_int("n_experts", n_experts)
         _check_top_k(top_k, n_experts)
         self.d_model, self.n_experts, self.top_k, self.renormalize = d_model, n_experts, top_k, renormalize
         self.gate = nn.Linear(d_model, n_experts, bias=False)  # W_g: D -> E; weight (E, D)
@@ -113,7 +109,7 @@ class MoEFeedForward(nn.Module):
                  renormalize: bool = True, # renormalise the top-k weights to sum to 1 (Mixtral)
                 ):
         super().__init__()
-        _check_size("d_ff", d_ff)
+        check_positive_int("d_ff", d_ff)
         self.router = TopKRouter(d_model, n_experts, top_k, renormalize=renormalize)
         self.experts = nn.ModuleList([make_expert(d_model, d_ff, activation, dropout, bias) for _ in range(n_experts)])
         self.d_model, self.d_ff, self.n_experts, self.top_k, self.activation = d_model, d_ff, n_experts, top_k, activation
@@ -203,7 +199,7 @@ def expert_usage(indices: Tensor, # (..., K) int64, the experts chosen for each 
                 ) -> Tensor: # (E,) float32: f_i, the fraction of tokens routed to expert i; sums to K
     """The fraction of tokens routed to each expert, f_i (Fedus et al. 2021 eq. 5, counted over all k choices).
     Raises `TypeError` for non-integer indices, `ValueError` for an index outside [0, n_experts)."""
-    _check_size("n_experts", n_experts)
+    check_positive_int("n_experts", n_experts)
     if not isinstance(indices, Tensor) or indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
         raise TypeError(f"indices must be an integer tensor of expert ids, got "
                         f"{indices.dtype if isinstance(indices, Tensor) else type(indices).__name__}")
@@ -253,14 +249,13 @@ def moe_param_counts(n_layers: int, # L, transformer blocks
     (q and o: D·H·Dh each; k and v: D·kv·Dh each), two RMSNorm gains (D each), a router (D·E) and E experts, of which
     K are active; plus embeddings, the output layer and a final norm. `ValueError` for non-positive sizes or K > E."""
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-    for name, n in (("n_layers", n_layers), ("d_model", d_model), ("d_ff", d_ff), ("n_experts", n_experts),
-                    ("vocab_size", vocab_size), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
-        _check_size(name, n)
+    check_positive_ints(n_layers=n_layers, d_model=d_model, d_ff=d_ff, n_experts=n_experts, vocab_size=vocab_size,
+                        n_heads=n_heads, n_kv_heads=n_kv_heads)
     _check_top_k(top_k, n_experts)
     if d_head is None:
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pass d_head")
         d_head = d_model // n_heads
-    _check_size("d_head", d_head)
+    check_positive_int("d_head", d_head)
     attention = 2 * d_model * n_heads * d_head + 2 * d_model * n_kv_heads * d_head  # q, o + k, v
     expert = (3 if gated else 2) * d_model * d_ff
     shared = attention + d_model * n_experts + 2 * d_model  # + router + two norms, used by every token
@@ -277,7 +272,7 @@ def use_moe(model: GPT, # a chapter 6 GPT; modified in place
            ) -> GPT: # the same model, every block's `mlp` now an `MoEFeedForward`
     """Swap each block's feed-forward network for a freshly initialised `MoEFeedForward` (GPT-2's init: N(0, 0.02),
     output projections scaled by 1/sqrt(2·n_layers)). `TypeError` for a non-GPT, `ValueError` for bad sizes."""
-    if not isinstance(model, GPT): raise TypeError(f"model must be a GPT, got {type(model).__name__}")
+    check_instance("model", model, GPT)
     c = model.config
     for block in model.blocks:
         old = next(block.mlp.parameters())

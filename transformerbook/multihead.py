@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import attention_weights
-from .validation import check_mask
+from .validation import check_input_dtype, check_mask, check_positive_ints
 
 # %% auto #0
 __all__ = ['LayerKVCache', 'KVCache', 'MultiHeadAttention']
@@ -83,17 +83,6 @@ class KVCache:
 # %% ../nbs/03_multihead.ipynb #083bff9c
 _SDPA_GQA = torch.__version__ >= "2.5"  # scaled_dot_product_attention(enable_gqa=True) exists from torch 2.5
 
-def _autocast_enabled(device_type: str) -> bool:
-    "Is torch.autocast on for this device type? (The one-argument form is newer than some torch versions we support.)"
-    try: return torch.is_autocast_enabled(device_type)
-    except TypeError: return torch.is_autocast_enabled() if device_type == "cuda" else torch.is_autocast_cpu_enabled()
-
-def _check_input_dtype(x: Tensor, weight: Tensor) -> None:
-    "Raise `TypeError` naming both dtypes if x's differs from the weights' (under autocast, torch mixes them itself)."
-    if x.dtype != weight.dtype and not _autocast_enabled(x.device.type):
-        raise TypeError(f"x has dtype {x.dtype} but the weights have {weight.dtype}: convert one to the other, "
-                        f"e.g. x.to({weight.dtype}) or module.to({x.dtype})")
-
 # %% ../nbs/03_multihead.ipynb #d7722620
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention (J&M eqs. 10.17-10.19; Vaswani et al. 2017 §3.2.2), optionally with fewer key/value
@@ -118,9 +107,7 @@ class MultiHeadAttention(nn.Module):
                 ):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        for name, n in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
-            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ValueError(f"{name}={n!r} must be a positive int")
+        check_positive_ints(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
         if d_head is None and d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if n_heads % n_kv_heads != 0:
@@ -163,7 +150,7 @@ class MultiHeadAttention(nn.Module):
                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
-        _check_input_dtype(x, self.q_proj.weight)
+        check_input_dtype(x, self.q_proj.weight)
         if mask is not None and validate_mask:  # before the cache is touched, so a bad call leaves it as it was
             S = x.shape[1] + (len(layer_cache) if layer_cache is not None else 0)
             check_mask(mask, torch.Size((x.shape[0], self.n_heads, x.shape[1], S)))  # the same check as chapter 1's

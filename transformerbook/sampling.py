@@ -24,7 +24,8 @@ from torch import Tensor, nn
 
 from .masking import make_padding_mask
 from .multihead import KVCache
-from .validation import check_in_interval, check_positive_int, is_number
+from .validation import (check_in_interval, check_int_in_range, check_nonnegative_int, check_positive_int,
+                                        check_positive_ints, check_positive_number, is_number)
 
 # %% auto #0
 __all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'generate', 'kv_cache_bytes',
@@ -69,9 +70,8 @@ def apply_temperature(logits: Tensor, # (..., V) float
 
     Raises `ValueError` unless τ is a positive finite number (greedy decoding, the limit τ → 0, is
     `generate(..., temperature=0)`)."""
-    if not is_number(temperature) or not 0 < temperature < math.inf:
-        raise ValueError(f"temperature={temperature!r} must be a positive finite number; "
-                         "for greedy decoding (the limit τ → 0) use generate(..., temperature=0)")
+    check_positive_number("temperature", temperature,
+                          "for greedy decoding, the limit τ → 0, use generate(..., temperature=0)")
     return logits / temperature
 
 # %% ../nbs/07_sampling.ipynb #782d6841
@@ -226,9 +226,8 @@ def kv_cache_bytes(config, # a `GPTConfig` (uses n_layers, n_kv_heads and d_head
                   ) -> int: # bytes
     """Memory of a full KV cache: 2 · n_layers · B · T · n_kv_heads · d_head · bytes per element (keys and values of every
     layer); = 2 · n_layers · B · T · d_model for multi-head attention, n_heads / n_kv_heads times less with GQA."""
-    for name, n in (("n_tokens", n_tokens), ("batch_size", batch_size)):
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"{name}={n!r} must be an int >= 0")
+    check_nonnegative_int("n_tokens", n_tokens)
+    check_nonnegative_int("batch_size", batch_size)
     width = config.n_kv_heads * config.d_head  # keys (and values) per token per layer; d_model without GQA
     return 2 * config.n_layers * batch_size * n_tokens * width * torch.empty((), dtype=dtype).element_size()
 
@@ -279,7 +278,7 @@ def repeated_ngram_fraction(tokens: Sequence, # tokens, words or characters
                             n: int = 4, # n-gram length, >= 1
                            ) -> float: # in [0, 1]; 0 when there are no n-grams
     "Fraction of the n-grams of `tokens` that repeat an n-gram seen earlier in the same sequence (a loop detector)."
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1: raise ValueError(f"n={n!r} must be an int >= 1")
+    check_positive_int("n", n)
     tokens = [int(t) if isinstance(t, Tensor) else t for t in tokens]
     grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
@@ -292,7 +291,7 @@ def self_bleu(texts: Sequence[Sequence], # N >= 2 texts, each a sequence of toke
     each text against all the others as references, with nltk's `sentence_bleu` (uniform weights, smoothing
     method 1). High values mean the texts repeat one another. Raises `ValueError` for fewer than two texts or n < 1."""
     from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1: raise ValueError(f"n={n!r} must be an int >= 1")
+    check_positive_int("n", n)
     texts = [list(t) for t in texts]
     if len(texts) < 2: raise ValueError(f"self-BLEU needs at least two texts, got {len(texts)}")
     smooth = SmoothingFunction().method1
@@ -320,8 +319,7 @@ def perplexity(model: nn.Module, # a `GPT`
                          "score a batch one row at a time")
     ids = token_ids.long()
     T, C = ids.numel(), model.config.context_length
-    if not isinstance(prompt_length, int) or not 1 <= prompt_length < T:
-        raise ValueError(f"prompt_length={prompt_length!r} must be in [1, T={T})")
+    check_int_in_range("prompt_length", prompt_length, 1, T, "T")
     device = next(model.parameters()).device
     ids = ids.to(device)
     nll = torch.zeros(T, dtype=torch.float64, device=device)  # nll[t] = -log P(w_t | w_<t)
@@ -408,9 +406,7 @@ class _Finished:
         return bool(best_running.cpu() / length ** alpha > self.scores[-1])
 
 def _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, vocab_size) -> None:
-    for name, n in (("max_new_tokens", max_new_tokens), ("num_beams", num_beams)):
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1: raise ValueError(f"{name}={n!r} must be an int >= 1")
+    check_positive_ints(max_new_tokens=max_new_tokens, num_beams=num_beams)
     if not any(early_stopping is e for e in _EARLY_STOPPING) and early_stopping != "never":
         raise ValueError(f"early_stopping={early_stopping!r} must be False, True or 'never'")
-    if eos_token_id is not None and not (isinstance(eos_token_id, int) and 0 <= eos_token_id < vocab_size):
-        raise ValueError(f"eos_token_id={eos_token_id!r} is outside [0, vocab_size={vocab_size})")
+    if eos_token_id is not None: check_int_in_range("eos_token_id", eos_token_id, 0, vocab_size, "vocab_size")

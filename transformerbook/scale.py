@@ -22,6 +22,7 @@ import time
 import torch
 
 from .lm_head import GPT, GPTConfig
+from .validation import check_positive_int
 
 # %% auto #0
 __all__ = ['ZERO_STAGES', 'model_flops_per_token', 'matmul_peak_flops', 'mfu', 'sharded_memory', 'gpt_n_params']
@@ -35,7 +36,7 @@ def model_flops_per_token(model_cfg: GPTConfig, # the model; n_layers, d_model, 
     4·n_layers·T·d for attention and 2·d·V for the LM head, times 3 for training (Kaplan et al. 2020, Table 1, made
     exact). Element-wise work (softmax, GELU, LayerNorm, AdamW) is not counted. `ValueError` for seq_len < 1."""
     T = model_cfg.context_length if seq_len is None else seq_len
-    if not isinstance(T, int) or T < 1: raise ValueError(f"seq_len={T!r} must be a positive int")
+    check_positive_int("seq_len", T)
     D, F_, L = model_cfg.d_model, model_cfg.d_ff, model_cfg.n_layers
     forward = 2 * L * (4 * D * D + 2 * D * F_) + 4 * L * T * D + 2 * D * model_cfg.vocab_size
     return 3 * forward if training else forward

@@ -29,8 +29,8 @@ from torch import Tensor
 
 from .lm_head import GPTConfig
 from .training import TrainConfig, cached_run, load_checkpoint
-from .validation import (check_instance, check_positive_int, check_positive_ints, check_positive_number,
-                                        is_number)
+from .validation import (check_in_interval, check_instance, check_positive_int, check_positive_ints,
+                                        check_positive_number, is_number)
 
 # %% auto #0
 __all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CHINCHILLA_INITS', 'count_params',
@@ -137,8 +137,7 @@ class ChinchillaLaw:
 
     def __post_init__(self):
         for name in ("A", "B", "alpha", "beta"): check_positive_number(name, getattr(self, name))
-        if isinstance(self.E, bool) or not isinstance(self.E, (int, float)) or not math.isfinite(self.E) or self.E < 0:
-            raise ValueError(f"E={self.E!r} must be a finite number >= 0")
+        check_in_interval("E", self.E, "[0, inf)", "the irreducible loss")
 
     def loss(self,
              n_params, # N: a positive number or tensor

@@ -1,9 +1,12 @@
 """From words and characters to byte-pair encoding: how text becomes token ids (notes 19.2.1; CS182 tokenization).
 
-**In the package** (`transformerbook.tokenization`): every tokenizer has `encode(text)` (a list of ids) and
-`decode(ids)`, and `encode_iterable(chunks)` yields the ids of a text given in pieces (an open file) lazily,
-with memory bounded by the piece, not the corpus. `CharTokenizer` numbers characters; `GPT2Tokenizer` wraps tiktoken's GPT-2 encoding; `BPETokenizer`
-is byte-level BPE written from scratch on the `Tokenizer` base class: `train(text, vocab_size)` learns merges with
+**In the package** (`transformerbook.tokenization`): every tokenizer meets `TokenizerProtocol`: `encode(text)` (a
+list of ids), `decode(ids)`, `encode_iterable(chunks)` (the ids of a text given in pieces, such as an open file,
+yielded lazily with memory bounded by the piece), `train(text, vocab_size)` (learns the vocabulary in place and
+returns the tokenizer), `vocab_size` and `to_dict()`. `CharTokenizer` numbers characters; `TiktokenGPT2` is the
+reference, tiktoken's GPT-2 encoding (its vocabulary is fixed: it cannot be trained; `GPT2Tokenizer` is its old,
+deprecated name); `BPETokenizer` is byte-level BPE written from scratch on the `Tokenizer` base class (minbpe's
+name for it): `train(text, vocab_size)` learns merges with
 `get_pair_counts`, `most_frequent_pair` and `merge`, and `BPETokenizer.from_gpt2()` loads GPT-2's own merges (read
 with `bytes_to_unicode`) and encodes exactly as tiktoken does. `BasicBPETokenizer` is the same algorithm without the
 regex pre-split. `tokenizer_from_dict` rebuilds any of them from a checkpoint.
@@ -16,31 +19,50 @@ Docs: https://transformerbook.github.io/transformerbook/tokenization.html.md"""
 from __future__ import annotations
 
 import json
+import types
+import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Protocol, runtime_checkable
 
 import regex
 
 from .data import END_OF_TEXT, END_OF_TEXT_ID, GPT2_PAT_STR, data_path, gpt2_encoding
+from .validation import check_int_in_range
 
 # %% auto #0
-__all__ = ['CharTokenizer', 'GPT2Tokenizer', 'get_pair_counts', 'merge', 'most_frequent_pair', 'Tokenizer', 'BasicBPETokenizer',
-           'BPETokenizer', 'bytes_to_unicode', 'tokenizer_from_dict']
+__all__ = ['CharTokenizer', 'TiktokenGPT2', 'get_pair_counts', 'merge', 'most_frequent_pair', 'Tokenizer', 'BasicBPETokenizer',
+           'BPETokenizer', 'bytes_to_unicode', 'tokenizer_from_dict', 'TokenizerProtocol']
+
+# %% ../nbs/05a_tokenization.ipynb #621a5ec4
+class _class_or_instance:
+    "A method that, called on the class, runs on a fresh instance: `CharTokenizer.train(t)` = `CharTokenizer().train(t)`."
+    def __init__(self, fn): self.fn, self.__doc__ = fn, fn.__doc__
+    def __get__(self, obj, cls): return types.MethodType(self.fn, cls() if obj is None else obj)
 
 # %% ../nbs/05a_tokenization.ipynb #a118ac01
 class CharTokenizer:
     "Character-level tokenizer: one id per distinct character of the training text, in sorted order (nanoGPT's)."
-    def __init__(self, chars: list[str], # the vocabulary, one character per id
+    def __init__(self, chars: Iterable[str] = (), # the vocabulary, one character per id; empty until `train`
                 ):
+        chars = list(chars)
         if len(set(chars)) != len(chars): raise ValueError("chars must be distinct")
-        self.chars = list(chars)
+        self.chars = chars
         self.stoi = {c: i for i, c in enumerate(self.chars)}
 
-    @classmethod
-    def train(cls, text: str) -> "CharTokenizer":
-        "Vocabulary = the sorted set of characters in `text`. Raises `ValueError` for an empty text."
+    @_class_or_instance
+    def train(self, text: str, # training text
+              vocab_size: int | None = None, # None, or the number of distinct characters of `text`
+             ) -> "CharTokenizer": # self, trained
+        """Vocabulary = the sorted set of characters in `text`. Raises `ValueError` for an empty text, or for a
+        `vocab_size` other than the number of distinct characters (a character vocabulary cannot be sized)."""
         if not text: raise ValueError("cannot train a tokenizer on an empty text")
-        return cls(sorted(set(text)))
+        chars = sorted(set(text))
+        if vocab_size is not None and vocab_size != len(chars):
+            raise ValueError(f"vocab_size={vocab_size!r}, but the text has {len(chars)} distinct characters: "
+                             "a character tokenizer's vocabulary is its characters")
+        self.__init__(chars)
+        return self
 
     @property
     def vocab_size(self) -> int: return len(self.chars)
@@ -66,8 +88,9 @@ class CharTokenizer:
     def to_dict(self) -> dict: return {"kind": "char", "chars": self.chars}
 
 # %% ../nbs/05a_tokenization.ipynb #46886391
-class GPT2Tokenizer:
-    "GPT-2's byte-level BPE (50,257 ids), backed by tiktoken built from local files (see `transformerbook.data`)."
+class TiktokenGPT2:
+    """The reference: GPT-2's byte-level BPE (50,257 ids) as tiktoken encodes it, built from local files (see
+    `transformerbook.data`). Its vocabulary is GPT-2's and fixed, so `train` raises `NotImplementedError`."""
     def __init__(self):
         self.encoding = gpt2_encoding()
 
@@ -96,7 +119,19 @@ class GPT2Tokenizer:
         if bad: raise ValueError(f"token id {bad[0]} is outside [0, vocab_size={self.vocab_size})")
         return self.encoding.decode(ids)
 
+    def train(self, text: str, vocab_size: int | None = None) -> "TiktokenGPT2":
+        "Not possible: GPT-2's merges were learned by OpenAI. Train a `BPETokenizer` to learn merges from `text`."
+        raise NotImplementedError("TiktokenGPT2 is GPT-2's fixed vocabulary and cannot be trained; "
+                                  "train a BPETokenizer instead")
+
     def to_dict(self) -> dict: return {"kind": "gpt2"}
+
+def __getattr__(name: str):
+    "`GPT2Tokenizer`, the old name of `TiktokenGPT2`, still imports, with a `DeprecationWarning`."
+    if name == "GPT2Tokenizer":
+        warnings.warn("GPT2Tokenizer is now called TiktokenGPT2", DeprecationWarning, stacklevel=2)
+        return TiktokenGPT2
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # %% ../nbs/05a_tokenization.ipynb #6cc193f1
 def _stable_prefix_end(text: str, pat: regex.Pattern) -> int:
@@ -219,8 +254,8 @@ class Tokenizer:
         special_tokens = list(special_tokens)
         if len(set(special_tokens)) != len(special_tokens) or not all(isinstance(s, str) and s for s in special_tokens):
             raise ValueError(f"special_tokens must be distinct non-empty strings, got {special_tokens}")
-        if not isinstance(vocab_size, int) or vocab_size < 256 + len(special_tokens):
-            raise ValueError(f"vocab_size={vocab_size} must be an int >= 256 + {len(special_tokens)} special token(s)")
+        check_int_in_range("vocab_size", vocab_size, 256 + len(special_tokens),
+                           hint=f"256 bytes + {len(special_tokens)} special token(s)")
         return vocab_size - 256 - len(special_tokens)
 
     def _finish_training(self, merges: dict, special_tokens) -> "Tokenizer":
@@ -271,6 +306,11 @@ class BasicBPETokenizer(Tokenizer):
         "Token ids of `text`: its UTF-8 bytes with the learned merges applied in learning order."
         if not isinstance(text, str): raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self._encode_chunk(text.encode("utf-8"))
+
+    def encode_iterable(self, chunks) -> Iterator[int]:
+        """Ids of the concatenated text `chunks`, equal to `encode` on the whole text. Without a pre-tokenizer a merge
+        may span any cut, so the chunks are joined first: memory grows with the text (use `BPETokenizer` to stream)."""
+        yield from self.encode("".join(chunks))
 
 # %% ../nbs/05a_tokenization.ipynb #89c11441
 class BPETokenizer(BasicBPETokenizer):
@@ -341,7 +381,7 @@ class BPETokenizer(BasicBPETokenizer):
     def encode(self, text: str, # the text to encode
                allow_special: bool = False, # encode registered special tokens (e.g. "<|endoftext|>") as their ids
               ) -> list[int]:
-        "Token ids of `text`; special-token strings become their single id only if `allow_special` (as `GPT2Tokenizer`)."
+        "Token ids of `text`; special-token strings become their single id only if `allow_special` (as `TiktokenGPT2`)."
         if not allow_special or not self.special_tokens: return self.encode_ordinary(text)
         parts = self._split_special(text, self.special_tokens)
         out = []
@@ -359,7 +399,7 @@ class BPETokenizer(BasicBPETokenizer):
 
     def encode_iterable(self, chunks) -> Iterator[int]:
         """Ids of the concatenated text `chunks` (e.g. an open file), yielded lazily and equal to `encode_ordinary` on
-        the whole text; memory is bounded by the longest chunk, not the corpus (see `GPT2Tokenizer.encode_iterable`)."""
+        the whole text; memory is bounded by the longest chunk, not the corpus (see `TiktokenGPT2.encode_iterable`)."""
         yield from _encode_stream(self.encode_ordinary, self.pattern, chunks)
 
     @classmethod
@@ -407,7 +447,7 @@ def tokenizer_from_dict(d: dict):
     "Rebuild a tokenizer saved with `to_dict()` (e.g. from a checkpoint). Raises `ValueError` for an unknown kind."
     kind = d.get("kind")
     if kind == "char": return CharTokenizer(d["chars"])
-    if kind == "gpt2": return GPT2Tokenizer()
+    if kind == "gpt2": return TiktokenGPT2()
     if kind == "bpe":
         if d.get("preset") == "gpt2": return BPETokenizer.from_gpt2()
         if d.get("preset") is not None: raise ValueError(f"unknown BPE preset {d['preset']!r}; expected 'gpt2'")
@@ -415,3 +455,16 @@ def tokenizer_from_dict(d: dict):
         merges = {tuple(pair): 256 + i for i, pair in enumerate(d["merges"])}
         return tok._load(merges, d.get("special_tokens", {}), range(256))
     raise ValueError(f"unknown tokenizer kind {kind!r}; expected 'char', 'gpt2' or 'bpe'")
+
+# %% ../nbs/05a_tokenization.ipynb #ac53257a
+@runtime_checkable
+class TokenizerProtocol(Protocol):
+    """What every tokenizer offers: `CharTokenizer`, `BasicBPETokenizer`, `BPETokenizer` and the reference
+    `TiktokenGPT2` (which cannot be trained: its `train` raises `NotImplementedError`)."""
+    @property
+    def vocab_size(self) -> int: ... # number of ids, all in [0, vocab_size)
+    def encode(self, text: str) -> list[int]: ... # ids of `text`
+    def decode(self, ids: Iterable[int]) -> str: ... # text of `ids` (a list or a 1-D tensor)
+    def encode_iterable(self, chunks: Iterable[str]) -> Iterator[int]: ... # ids of "".join(chunks), lazily
+    def train(self, text: str, vocab_size: int) -> "TokenizerProtocol": ... # learn the vocabulary in place; self
+    def to_dict(self) -> dict: ... # a JSON description for `tokenizer_from_dict`

@@ -46,7 +46,9 @@ import transformerbook
 from .data import (END_OF_TEXT_ID, ChecksumError, DataUnavailableError, cache_dir, load_tinyshakespeare,
                                   train_val_split)
 from .lm_head import GPT, GPTConfig
-from .tokenization import CharTokenizer, GPT2Tokenizer, tokenizer_from_dict
+from .tokenization import CharTokenizer, TiktokenGPT2, tokenizer_from_dict
+from .validation import (check_choice, check_int_in_range, check_nonnegative_int, check_positive_int,
+                                        check_positive_ints, is_int, is_number)
 
 # %% auto #0
 __all__ = ['DATASETS', 'PREPARED_META', 'DTYPES', 'CHECKPOINT_NAME', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'RESUMABLE',
@@ -94,9 +96,7 @@ def get_batch(data: Tensor | np.ndarray, # (N,) integer token ids of a whole spl
     so `targets[b, t]` is the token that follows `token_ids[b, :t+1]`. A memory-mapped token file is read window by
     window, never whole. Raises `TypeError` if `data` is not integer ids, `ValueError` for batch_size < 1 or a corpus
     not longer than T."""
-    if not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f"batch_size={batch_size!r} must be an int >= 1")
-    if not isinstance(context_length, int) or context_length < 1:
-        raise ValueError(f"context_length={context_length!r} must be an int >= 1")
+    check_positive_ints(batch_size=batch_size, context_length=context_length)
     _check_token_ids(data)
     if len(data) <= context_length:
         raise ValueError(f"the corpus has {len(data)} tokens; it needs more than context_length={context_length}")
@@ -130,8 +130,7 @@ def pack_documents(documents: list, # token-id lists, one per document
     """Pack documents into full context windows (J&M 10.9.1): concatenate them, each followed by the end-of-text id
     `eos_token_id`, and cut the stream into consecutive windows of `context_length` tokens. The tokens left over after
     the last full window (fewer than T) are dropped; nothing is padded. Raises `ValueError` for context_length < 1."""
-    if not isinstance(context_length, int) or context_length < 1:
-        raise ValueError(f"context_length={context_length!r} must be a positive int")
+    check_positive_int("context_length", context_length)
     stream = [t for doc in documents for t in [*map(int, doc), eos_token_id]]  # d1 <eos> d2 <eos> ...
     n_windows = len(stream) // context_length
     return torch.tensor(stream[:n_windows * context_length], dtype=torch.long).view(n_windows, context_length)
@@ -145,13 +144,13 @@ def load_dataset(name: str = "tinyshakespeare", # a name in `DATASETS`
     """Tokenized TinyShakespeare: 1,003,854 / 111,540 characters, or 301,966 / 36,059 GPT-2 tokens. Raises
     `ValueError` for an unknown name or tokenizer, `DataUnavailableError` when the text is not available offline."""
     if name not in DATASETS: raise ValueError(f"unknown data set {name!r}; known: {list(DATASETS)}")
-    if tokenizer not in ("char", "gpt2"): raise ValueError(f"tokenizer={tokenizer!r} must be 'char' or 'gpt2'")
+    check_choice("tokenizer", tokenizer, ("char", "gpt2"))
     text = load_tinyshakespeare()
     if tokenizer == "char":
-        tok = CharTokenizer.train(text)  # nanoGPT builds the 65-character vocabulary from the whole text
+        tok = CharTokenizer().train(text)  # nanoGPT builds the 65-character vocabulary from the whole text
         train_text, val_text = train_val_split(text, 0.9)
     else:
-        tok = GPT2Tokenizer()
+        tok = TiktokenGPT2()
         train_text, val_text = train_val_split(text, 0.9)  # split the text, then encode each part (nanoGPT)
     to_ids = lambda s: torch.tensor(tok.encode(s), dtype=torch.long)
     return tok, to_ids(train_text), to_ids(val_text)
@@ -188,7 +187,7 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
                 ) -> dict: # the metadata written to meta.json
     """Tokenize a corpus once into memory-mappable token files, reading 1 MB at a time (memory bounded whatever the
     corpus size). Raises `ValueError` for a missing source, an empty corpus or a bad tokenizer / val_fraction."""
-    if tokenizer not in ("char", "gpt2"): raise ValueError(f"tokenizer={tokenizer!r} must be 'char' or 'gpt2'")
+    check_choice("tokenizer", tokenizer, ("char", "gpt2"))
     if not 0 < val_fraction < 1: raise ValueError(f"val_fraction={val_fraction} must be in (0, 1)")
     source, out_dir = Path(source), Path(out_dir)
     files = _text_files(source)
@@ -201,7 +200,7 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
                 for chunk in _read_chunks(fh, [None]): chars.update(chunk)
         tok = CharTokenizer(sorted(chars))
     else:
-        tok = GPT2Tokenizer()
+        tok = TiktokenGPT2()
     dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
     out_dir.mkdir(parents=True, exist_ok=True)
     counts, nbytes = {"train": 0, "val": 0}, {"train": 0, "val": 0}
@@ -229,7 +228,7 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
                     ids = tok.encode_iterable(chunks())
                     while batch := list(itertools.islice(ids, 1 << 16)): write(split, batch)
                     if split == "train" and train_left[0] > 0: break  # the file ended before the split point
-                if isinstance(tok, GPT2Tokenizer): write("train" if train_left[0] > 0 else "val", [tok.eos_token_id])
+                if isinstance(tok, TiktokenGPT2): write("train" if train_left[0] > 0 else "val", [tok.eos_token_id])
     finally:
         bar.close()
         for fh in outs.values(): fh.close()
@@ -281,18 +280,17 @@ class TrainConfig:
         floats = ("learning_rate", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip")
         for name in (*ints, "lr_decay_iters"):
             value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool)) and not (name == "lr_decay_iters" and value is None):
+            if not is_int(value) and not (name == "lr_decay_iters" and value is None):
                 raise TypeError(f"{name}={value!r} must be an int{' or None' if name == 'lr_decay_iters' else ''}, "
                                 f"not {type(value).__name__}")
         for name in floats:
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
+            if not is_number(value):
                 raise TypeError(f"{name}={value!r} must be a number, not {type(value).__name__}")
             if not math.isfinite(value): raise ValueError(f"{name}={value!r} must be finite")
         for name, low in (("max_iters", 1), ("batch_size", 1), ("warmup_iters", 0), ("eval_interval", 1), ("eval_iters", 1),
                           ("grad_accum_steps", 1)):
-            value = getattr(self, name)
-            if value < low: raise ValueError(f"{name}={value!r} must be an int >= {low}")
+            check_int_in_range(name, getattr(self, name), low)
         if not self.learning_rate > 0: raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
         if not 0 <= self.min_lr <= self.learning_rate:
             raise ValueError(f"min_lr={self.min_lr} must be in [0, learning_rate={self.learning_rate}]")
@@ -302,7 +300,7 @@ class TrainConfig:
         if self.grad_clip < 0: raise ValueError(f"grad_clip={self.grad_clip} must be >= 0 (0 disables clipping)")
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1: raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
-        if self.dtype not in DTYPES: raise ValueError(f"dtype={self.dtype!r} must be one of {list(DTYPES)}")
+        check_choice("dtype", self.dtype, DTYPES)
         if not isinstance(self.compile, bool): raise TypeError(f"compile={self.compile!r} must be a bool")
 
     @property
@@ -326,7 +324,7 @@ def lr_at(step: int, # optimizer step, counting from 0
     """nanoGPT's schedule: linear warm-up to `learning_rate` over `warmup_iters` steps (step 0 already gets
     lr/(warmup_iters+1) > 0), then a half cosine from `learning_rate` at step `warmup_iters` down to `min_lr` at step
     `decay_iters`, then constant `min_lr`. Raises `ValueError` for a negative step."""
-    if not isinstance(step, int) or step < 0: raise ValueError(f"step={step!r} must be an int >= 0")
+    check_nonnegative_int("step", step)
     if step < train_cfg.warmup_iters: return train_cfg.learning_rate * (step + 1) / (train_cfg.warmup_iters + 1)
     if step >= train_cfg.decay_iters: return train_cfg.min_lr
     ratio = (step - train_cfg.warmup_iters) / (train_cfg.decay_iters - train_cfg.warmup_iters)  # 0 -> 1
@@ -426,7 +424,7 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
                     optimizer: torch.optim.Optimizer | None,
                     step: int, # optimizer steps taken so far
                     train_config: TrainConfig | None = None,
-                    tokenizer=None, # anything with `to_dict()` (CharTokenizer, GPT2Tokenizer)
+                    tokenizer=None, # anything with `to_dict()` (CharTokenizer, TiktokenGPT2)
                     history: TrainHistory | None = None,
                     generator: torch.Generator | None = None, # the batch sampler, so a resumed run draws the same batches
                     scaler: torch.amp.GradScaler | None = None, # float16 training's loss scale (08b)
@@ -808,7 +806,7 @@ def shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
     """A small GPT trained on TinyShakespeare, for generation demos. The first call trains it (the baby GPT, about two
     minutes on two CPU cores for "char") and caches the checkpoint under `cache_dir()/models/`, keyed by a hash of
     the configs and the code version; an interrupted first call resumes; later calls just load it."""
-    if tokenizer not in ("char", "gpt2"): raise ValueError(f"tokenizer={tokenizer!r} must be 'char' or 'gpt2'")
+    check_choice("tokenizer", tokenizer, ("char", "gpt2"))
     model_cfg, train_cfg = _shakespeare_recipe(tokenizer)
     path = cached_run(f"shakespeare-{tokenizer}", model_cfg, train_cfg, tokenizer, {"tokenizer": tokenizer},
                                    progress, desc=f"training the {tokenizer} Shakespeare model (once)")

@@ -4,9 +4,9 @@ textbooks' and the libraries' names, and the checks every module runs on its arg
 **In the package** (`transformerbook.validation`): the checks that every module calls on its arguments. Each raises
 `ValueError` (a bad value) or `TypeError` (a bad type) with a message that starts with the argument's name:
 `check_positive_int` (and `check_positive_ints` for several), `check_nonnegative_int`,
-`check_positive_even_int`, `check_positive_number` and `check_in_interval` for numbers (`is_int`
+`check_positive_even_int`, `check_int_in_range`, `check_positive_number` and `check_in_interval` for numbers (`is_int`
 and `is_number` refuse bools), `check_choice` for one of a named set of choices (such as `embeddings.POSITIONALS`),
-`check_instance` for a type, `check_ids` and `check_ids_below` for integer token ids, `check_bool_mask` and
+`check_instance` for a type, `check_ids` and `check_ids_below` for integer token ids, `check_input_dtype` for a layer's input, `check_bool_mask` and
 `check_mask` for bool masks (True = may attend), and `check_attention_inputs` for the q, k, v and mask of attention.
 
 Docs: https://transformerbook.github.io/transformerbook/notation.html.md"""
@@ -24,8 +24,9 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['is_int', 'is_number', 'check_positive_int', 'check_nonnegative_int', 'check_positive_ints', 'check_positive_even_int',
-           'check_positive_number', 'check_in_interval', 'check_choice', 'check_instance', 'check_ids',
-           'check_ids_below', 'check_bool_mask', 'check_mask', 'check_attention_inputs']
+           'check_int_in_range', 'check_positive_number', 'check_in_interval', 'check_choice', 'check_instance',
+           'check_ids', 'check_ids_below', 'check_bool_mask', 'check_input_dtype', 'check_mask',
+           'check_attention_inputs']
 
 # %% ../nbs/00_notation.ipynb #66aa5b62
 def is_int(value) -> bool:
@@ -57,6 +58,17 @@ def check_positive_even_int(name: str, value, hint: str = "") -> None:
     "Raise `ValueError` naming the value unless it is an even int >= 2 (sin/cos pairs, rotations)."
     if not is_int(value) or value < 2 or value % 2:
         raise ValueError(f"{name}={value!r} must be a positive even int{_why(hint)}")
+
+def check_int_in_range(name: str, value,
+                       low: int, # the smallest allowed value
+                       high: int | None = None, # values must be < high; None: no upper bound
+                       high_name: str = "", # the bound's own name, shown as `[1, T=5)`
+                       hint: str = "") -> None:
+    "Raise `ValueError` naming the value unless it is an int in [low, high) (or >= low when `high` is None)."
+    if is_int(value) and value >= low and (high is None or value < high): return
+    upper = f"{high_name}={high}" if high_name else f"{high}"
+    rule = f">= {low}" if high is None else f"in [{low}, {upper})"
+    raise ValueError(f"{name}={value!r} must be an int {rule}{_why(hint)}")
 
 # %% ../nbs/00_notation.ipynb #35cf76c6
 def check_positive_number(name: str, value, hint: str = "") -> None:
@@ -117,6 +129,19 @@ def check_bool_mask(name: str, mask) -> None:
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         raise TypeError(f"{name} must be a bool tensor (dtype torch.bool, True = may attend), "
                         f"got {mask.dtype if isinstance(mask, Tensor) else type(mask).__name__}")
+
+def _autocast_enabled(device_type: str) -> bool:
+    "Is torch.autocast on for this device type? (The one-argument form is newer than some torch versions we support.)"
+    try: return torch.is_autocast_enabled(device_type)
+    except TypeError: return torch.is_autocast_enabled() if device_type == "cuda" else torch.is_autocast_cpu_enabled()
+
+def check_input_dtype(x: Tensor, # a layer's input
+                      weight: Tensor, # the layer's weight
+                     ) -> None:
+    "Raise `TypeError` naming both dtypes if x's differs from the weights' (under autocast, torch mixes them itself)."
+    if x.dtype != weight.dtype and not _autocast_enabled(x.device.type):
+        raise TypeError(f"x has dtype {x.dtype} but the weights have {weight.dtype}: convert one to the other, "
+                        f"e.g. x.to({weight.dtype}) or module.to({x.dtype})")
 
 # %% ../nbs/00_notation.ipynb #c6c5d4af
 def check_mask(mask, # bool, True = may attend

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .validation import check_positive_int
+
 # %% auto #0
 __all__ = ['words_of', 'skipgram_pairs', 'SkipGram', 'skipgram_softmax_loss', 'noise_distribution', 'draw_negatives',
            'negative_sampling_loss', 'most_similar']
@@ -32,7 +34,7 @@ def skipgram_pairs(token_ids: Tensor, # (N,) int64 word ids of a text
                    window: int, # c, the largest skip |j| (eq. 11.3), >= 1
                   ) -> tuple[Tensor, Tensor]: # centers (P,) and contexts (P,) int64, one pair per (t, j)
     "Every (w_t, w_{t+j}) with 1 <= |j| <= c inside the text: the terms of the double sum of eq. 11.3."
-    if not isinstance(window, int) or window < 1: raise ValueError(f"window={window!r} must be an int >= 1")
+    check_positive_int("window", window)
     centers, contexts = [], []
     for j in range(1, window + 1):  # pair t with t + j and t + j with t: both signs of j
         centers += [token_ids[:-j], token_ids[j:]]
