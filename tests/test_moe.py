@@ -14,7 +14,7 @@ from transformerbook.masking import causal_mask
 from transformerbook.blocks import SwiGLUFeedForward
 from transformerbook.moe import (MoEFeedForward, TopKRouter, collect_router_logits,
                                  copy_from_mixtral, copy_to_mixtral, expert_usage, load_balancing_loss, make_expert,
-                                 moe_param_counts, use_moe)
+                                 count_moe_params, use_moe)
 
 mixtral = pytest.importorskip("transformers.models.mixtral.modeling_mixtral")
 from transformers import MixtralConfig, MixtralForCausalLM  # noqa: E402
@@ -215,17 +215,33 @@ def test_param_counts_match_hf_mixtral_model():
     cfg = MixtralConfig(vocab_size=50, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=6,
                         num_key_value_heads=2, head_dim=4, num_local_experts=3, num_experts_per_tok=2)
     n_hf = sum(p.numel() for p in MixtralForCausalLM(cfg).parameters())
-    counts = moe_param_counts(2, 24, 40, 3, 2, 50, 6, n_kv_heads=2)
+    counts = count_moe_params(2, 24, 40, 3, 2, 50, 6, n_kv_heads=2)
     assert counts["total"] == n_hf
     assert counts["total"] - counts["active"] == 2 * 1 * 3 * 24 * 40
 
 
 def test_param_counts_match_our_layer_and_published_mixtral():
     moe = MoEFeedForward(32, 48, 6, 2)
-    c1, c0 = moe_param_counts(1, 32, 48, 6, 2, 1, 1), moe_param_counts(1, 32, 48, 6, 6, 1, 1)
+    c1, c0 = count_moe_params(1, 32, 48, 6, 2, 1, 1), count_moe_params(1, 32, 48, 6, 6, 1, 1)
     assert c0["active"] - c1["active"] == 4 * sum(p.numel() for p in moe.experts[0].parameters())
-    m = moe_param_counts(32, 4096, 14336, 8, 2, 32000, 32, n_kv_heads=8)
+    m = count_moe_params(32, 4096, 14336, 8, 2, 32000, 32, n_kv_heads=8)
     assert m["total"] == pytest.approx(46.7e9, rel=0.01) and m["active"] == pytest.approx(12.9e9, rel=0.01)
+
+
+@pytest.mark.parametrize("gated,tie,kv,E,K", [(True, False, 2, 5, 2), (False, True, 4, 3, 1), (True, True, 1, 4, 4)])
+def test_moe_counts_equal_a_gpt_with_experts(gated, tie, kv, E, K):
+    "The count is built on `count_params` and equals the real model: chapter 6's GPT with `use_moe`'s experts."
+    cfg = GPTConfig(vocab_size=37, context_length=8, d_model=32, n_heads=4, n_layers=2, d_ff=24, n_kv_heads=kv,
+                    bias=False, tie_weights=tie, normalization="rms", positional="rotary",
+                    activation="swiglu" if gated else "gelu_tanh")
+    counts = count_moe_params(2, 32, 24, E, K, 37, 4, n_kv_heads=kv, gated=gated, tie_weights=tie)
+    assert counts["total"] == use_moe(GPT(cfg), n_experts=E, top_k=K).n_params()
+    assert counts["total"] - counts["active"] == 2 * (E - K) * (3 if gated else 2) * 32 * 24
+
+
+def test_moe_param_counts_is_the_old_name():
+    from transformerbook.moe import moe_param_counts
+    assert moe_param_counts is count_moe_params
 
 
 # ---------------------------------------------------------------- bad inputs

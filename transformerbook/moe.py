@@ -9,7 +9,8 @@ gated `blocks.SwiGLUFeedForward` for `activation="swiglu"` (the choices are `EXP
 drop-in `mlp` for a `TransformerBlock` that keeps its last router logits (B·T, E) in `router_logits`.
 `load_balancing_loss(router_logits, top_k)` is the Switch Transformer auxiliary loss E·Σᵢ fᵢPᵢ (without its weight α), and
 `expert_usage(indices, n_experts)` the fraction of tokens sent to each expert (E,).
-`moe_param_counts(...)` returns a model's total and active parameters; `use_moe(model, n_experts, top_k)` swaps every
+`count_moe_params(...)` returns a model's total and active parameters, built on chapter 9's
+`scaling.count_params` (`moe_param_counts` is its old name); `use_moe(model, n_experts, top_k)` swaps every
 block's feed-forward network of a `GPT` for an MoE layer (initialised by chapter 6's `gpt2_init`) and `collect_router_logits(model)` gathers their router
 logits. `copy_from_mixtral(moe, block)` and `copy_to_mixtral(moe, block)` move weights to and from Hugging Face's
 `MixtralSparseMoeBlock`.
@@ -28,12 +29,14 @@ from torch import Tensor, nn
 
 from .blocks import MLP_ACTIVATIONS, make_mlp
 from .blocks import SwiGLUFeedForward  # noqa: F401 (moe.SwiGLUFeedForward: its earlier home)
-from .lm_head import GPT, gpt2_init
-from .validation import check_input_dtype, check_instance, check_positive_int, check_positive_ints
+from .lm_head import GPT, GPTConfig, gpt2_init
+from .scaling import count_params
+from .validation import check_input_dtype, check_instance, check_positive_int
 
 # %% auto #0
-__all__ = ['EXPERT_ACTIVATIONS', 'TopKRouter', 'make_expert', 'MoEFeedForward', 'copy_from_mixtral', 'copy_to_mixtral',
-           'expert_usage', 'load_balancing_loss', 'moe_param_counts', 'use_moe', 'collect_router_logits']
+__all__ = ['EXPERT_ACTIVATIONS', 'moe_param_counts', 'TopKRouter', 'make_expert', 'MoEFeedForward', 'copy_from_mixtral',
+           'copy_to_mixtral', 'expert_usage', 'load_balancing_loss', 'count_moe_params', 'use_moe',
+           'collect_router_logits']
 
 # %% ../nbs/10_moe.ipynb #60fdc046
 def _check_top_k(top_k, n_experts: int) -> None:
@@ -233,7 +236,7 @@ def load_balancing_loss(router_logits: Tensor | Sequence[Tensor], # (..., E) flo
     return E * (f * P).sum()
 
 # %% ../nbs/10_moe.ipynb #8edb1857
-def moe_param_counts(n_layers: int, # L, transformer blocks
+def count_moe_params(n_layers: int, # L, transformer blocks
                      d_model: int, # D
                      d_ff: int, # F, hidden width of each expert
                      n_experts: int, # E, experts per layer
@@ -245,23 +248,22 @@ def moe_param_counts(n_layers: int, # L, transformer blocks
                      gated: bool = True, # SwiGLU experts, 3·D·F weights (Mixtral); False: 2·D·F
                      tie_weights: bool = False, # output layer shares the embedding matrix (Mixtral: no)
                     ) -> dict[str, int]: # {"total": ..., "active": ...} parameter counts (no biases)
-    """Total and per-token active parameters of a Mixtral-style MoE decoder (notes §19.6.2): per layer, attention
-    (q and o: D·H·Dh each; k and v: D·kv·Dh each), two RMSNorm gains (D each), a router (D·E) and E experts, of which
-    K are active; plus embeddings, the output layer and a final norm. `ValueError` for non-positive sizes or K > E."""
-    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-    check_positive_ints(n_layers=n_layers, d_model=d_model, d_ff=d_ff, n_experts=n_experts, vocab_size=vocab_size,
-                        n_heads=n_heads, n_kv_heads=n_kv_heads)
+    """Total and per-token active parameters of a Mixtral-style MoE decoder (notes §19.6.2), built on chapter 9's
+    `scaling.count_params`: the dense decoder of the same sizes (grouped-query attention, RMSNorm, rotary positions,
+    no biases, an untied output layer) has one expert's worth of feed-forward weights per layer; the MoE adds a router
+    (D·E) and E - 1 more experts per layer, of which K - 1 more are active. Raises `ValueError` naming the bad size,
+    or top_k > n_experts."""
     _check_top_k(top_k, n_experts)
-    if d_head is None:
-        if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pass d_head")
-        d_head = d_model // n_heads
-    check_positive_int("d_head", d_head)
-    attention = 2 * d_model * n_heads * d_head + 2 * d_model * n_kv_heads * d_head  # q, o + k, v
-    expert = (3 if gated else 2) * d_model * d_ff
-    shared = attention + d_model * n_experts + 2 * d_model  # + router + two norms, used by every token
-    outside = vocab_size * d_model * (1 if tie_weights else 2) + d_model  # embeddings (+ lm_head) + final norm
-    return {"total": n_layers * (shared + n_experts * expert) + outside,
-            "active": n_layers * (shared + top_k * expert) + outside}
+    dense = GPTConfig(vocab_size=vocab_size, context_length=1, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
+                      d_ff=d_ff, n_kv_heads=n_kv_heads, d_head=d_head, bias=False, tie_weights=tie_weights,
+                      normalization="rms", positional="rotary", activation="swiglu" if gated else "gelu_tanh")
+    expert = (3 if gated else 2) * d_model * d_ff  # one expert's weights: D -> F (twice if gated) and F -> D
+    router = d_model * n_experts  # W_g
+    n_dense = count_params(dense)  # counts one expert per layer
+    return {"total": n_dense + n_layers * (router + (n_experts - 1) * expert),
+            "active": n_dense + n_layers * (router + (top_k - 1) * expert)}
+
+moe_param_counts = count_moe_params  # its name before the counters were named alike (chapter 9's `count_params`)
 
 # %% ../nbs/10_moe.ipynb #086c5fd4
 def use_moe(model: GPT, # a chapter 6 GPT; modified in place

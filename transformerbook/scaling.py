@@ -1,7 +1,10 @@
 """How loss falls with parameters, data and compute: counting N and FLOPs exactly, Kaplan's and Chinchilla's power laws, compute-optimal allocation, and fitting the laws from scratch (J&M 10.9.3; notes 19.5).
 
 **In the package** (`transformerbook.scaling`): `count_params(config, non_embedding=False)` is the exact parameter
-count of `GPT(config)` from its configuration (an int; `non_embedding=True` gives Kaplan et al.'s N);
+count of `GPT(config)` from its configuration (an int; `non_embedding=True` gives Kaplan et al.'s N). It is one of
+one family, each with one owner: a built model counts itself (`GPT.n_params`, chapter 6), a configuration is counted
+here (tested equal to the model over random configurations), Kaplan's 12·n_layers·d_model² is the approximation
+`lm_head.approx_non_embedding_params`, and `moe.count_moe_params` adds experts to `count_params`.
 `flops_per_token(n_params, n_layers, context_length, d_model, training=False)` is Kaplan's estimate of FLOPs per
 token (2N + 2·n_layers·context_length·d_model forward, 3× that for training) and `exact_flops_per_token(config)` the
 exact count of the matrix-multiply FLOPs our `GPT` performs per token, as `torch.utils.flop_counter` measures them;
