@@ -595,7 +595,13 @@ def test_bits_per_byte():
 def test_cached_run_key_ignores_execution_settings_at_their_defaults():
     "Models cached before grad_accum_steps / dtype / compile existed must still be found."
     import inspect
+    from dataclasses import replace
     from transformerbook import training
     assert {"grad_accum_steps", "dtype", "compile"} == set(training._EXECUTION)
     assert all(training._EXECUTION[k] == getattr(TrainConfig(), k) for k in training._EXECUTION)
-    assert "train_key" in inspect.getsource(training.cached_run)
+    assert "train_key" in inspect.getsource(training.cached_run_dir)
+    assert "cached_run_dir(" in inspect.getsource(training.cached_run)
+    model_cfg, train_cfg = training.baby_gpt_configs(65)
+    base = training.cached_run_dir("x", model_cfg, train_cfg, {})
+    assert training.cached_run_dir("x", model_cfg, replace(train_cfg, compile=False), {}) == base
+    assert training.cached_run_dir("x", model_cfg, replace(train_cfg, grad_accum_steps=2), {}) != base

@@ -24,7 +24,7 @@ import tokenize
 from pathlib import Path
 
 # The notebook a module is exported from decides its place; non-chapter notebooks sit beside the chapter they serve.
-CHAPTER_ORDER = {"pretrained": "06_lm_head~", "cached": "08_training~"}
+CHAPTER_ORDER = {"pretrained": "06_lm_head~", "model_cache": "08_model_cache"}
 CHECK_CALL = re.compile(r"^(_?check|validate)")
 
 

@@ -28,6 +28,7 @@ Modules:
 - `transformerbook.interpret`: What the attention heads and the layers of the book's trained models actually do, measured rather than eyeballed: head scores, the in-context-learning curve, induction heads made to appear during training, and the logit lens (J&M 10.1, 10.4, 10.6; Olsson et al. 2022).
 - `transformerbook.lm_head`: Unembedding, weight tying, a softmax over the vocabulary, and the whole decoder-only model (J&M 10.6).
 - `transformerbook.masking`: Causal masks for language modelling, padding masks for batches, and how to combine them (J&M 10.1.5).
+- `transformerbook.model_cache`: Where the book's trained models live on disk: one folder per training run, named by a hash of everything that determines the run, so a model is trained once and a changed recipe never loads a stale one.
 - `transformerbook.modern`: RMSNorm, rotary positions, SwiGLU, grouped-query attention and QK-norm: the five changes between GPT-2 and Llama 3 or Qwen3, each from its paper, each checked against Hugging Face, and all of them as switches of one GPT.
 - `transformerbook.moe`: Replace the feed-forward network with many expert networks and a router that sends each token to only a few of them: more parameters at the same compute per token (notes 19.6; Shazeer et al. 2017; Fedus et al. 2021; Jiang et al. 2024).
 - `transformerbook.multihead`: Several attention heads side by side, each with its own projections, concatenated and mixed by W_O (J&M 10.2).

@@ -22,8 +22,6 @@ Docs: https://transformerbook.github.io/transformerbook/inside.html.md"""
 # %% ../nbs/11_inside.ipynb #83c9ead3
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,10 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-import transformerbook
 from .attention import attention_weights
-from .data import cache_dir
 from .lm_head import GPT, GPTConfig, logit_lens
+from .model_cache import run_dir
 from .training import (CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint,
                                       load_dataset, load_model, save_checkpoint, train)
 from .validation import check_in_interval, check_int_in_range, check_positive_int, check_positive_ints
@@ -262,9 +259,8 @@ def induction_run_dir(every: int = 100, # steps between snapshots
                      ) -> Path: # `cache_dir()/models/induction-stages-<hash>`; it may not exist yet
     "Where `induction_run` keeps its snapshots: a folder named by a hash of the configs, `every`, sampler and version."
     model_cfg, train_cfg = induction_configs(**train_overrides)
-    key = json.dumps({"model": model_cfg.to_dict(), "train": train_cfg.to_dict(), "every": every,
-                      "batch_fn": INDUCTION_BATCH, "version": transformerbook.__version__}, sort_keys=True)
-    return cache_dir()/"models"/f"induction-stages-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    return run_dir("induction-stages", model=model_cfg.to_dict(), train=train_cfg.to_dict(), every=every,
+                   batch_fn=INDUCTION_BATCH)
 
 def induction_run(every: int = 100, # steps between snapshots
                   out_dir: str | Path | None = None, # default: `cache_dir()/models/induction-stages-<hash>`

@@ -13,7 +13,8 @@ written from scratch. Execution (chapter 08b): `DTYPES` for mixed precision, `re
 `batch_slice` and `check_batch_split` for data parallelism under torchrun. Recipes: `baby_gpt_configs()` (nanoGPT's CPU recipe),
 `preset_configs` (the `PRESETS`), `reference_band` / `outside_reference` (is my loss normal?), `bits_per_byte`;
 `shakespeare_model()` is a cached model trained with the baby GPT recipe and `cached_run(prefix, model_cfg,
-train_cfg, tokenizer, key_extra)` trains any GPT on TinyShakespeare once and caches it.
+train_cfg, tokenizer, key_extra)` trains any GPT on TinyShakespeare once and caches it in
+`cached_run_dir(prefix, model_cfg, train_cfg, key_extra)`, a folder named by `model_cache.run_dir`.
 
 Docs: https://transformerbook.github.io/transformerbook/training.html.md"""
 
@@ -23,7 +24,6 @@ Docs: https://transformerbook.github.io/transformerbook/training.html.md"""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import json
 import math
@@ -43,9 +43,10 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 import transformerbook
-from .data import (END_OF_TEXT_ID, ChecksumError, DataUnavailableError, cache_dir, load_tinyshakespeare,
+from .data import (END_OF_TEXT_ID, ChecksumError, DataUnavailableError, load_tinyshakespeare,
                                   train_val_split)
 from .lm_head import GPT, GPTConfig
+from .model_cache import run_dir
 from .tokenization import CharTokenizer, TiktokenGPT2, tokenizer_from_dict
 from .validation import (check_choice, check_int_in_range, check_nonnegative_int, check_positive_int,
                                         check_positive_ints, is_int, is_number)
@@ -57,7 +58,7 @@ __all__ = ['DATASETS', 'PREPARED_META', 'DTYPES', 'CHECKPOINT_NAME', 'CHECKPOINT
            'TrainingDivergedError', 'checkpoint_file', 'TrainHistory', 'save_checkpoint', 'load_checkpoint',
            'load_model', 'resume_config', 'new_run_config', 'batch_slice', 'check_batch_split', 'train',
            'resolve_device', 'setup_distributed', 'baby_gpt_configs', 'preset_configs', 'bits_per_byte',
-           'reference_band', 'outside_reference', 'shakespeare_model', 'cached_run']
+           'reference_band', 'outside_reference', 'shakespeare_model', 'cached_run_dir', 'cached_run']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
 def _is_integer_tensor(x) -> bool:
@@ -814,6 +815,15 @@ def shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
 
 _EXECUTION = {"grad_accum_steps": 1, "dtype": "float32", "compile": False}
 
+def cached_run_dir(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
+                   model_cfg: GPTConfig, train_cfg: TrainConfig,
+                   key_extra: dict, # more fields of the key, e.g. {"tokenizer": "char"}
+                  ) -> Path: # `model_cache.run_dir(prefix, model=..., train=..., **key_extra)`
+    """The folder `cached_run` trains into. The settings of chapter 08b only change how a step is executed: left at
+    their defaults they stay out of the key, so the models cached before they existed are still found."""
+    train_key = {k: v for k, v in train_cfg.to_dict().items() if k not in _EXECUTION or v != _EXECUTION[k]}
+    return run_dir(prefix, model=model_cfg.to_dict(), train=train_key, **key_extra)
+
 def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
                model_cfg: GPTConfig, train_cfg: TrainConfig,
                tokenizer: str, # "char" or "gpt2"
@@ -825,12 +835,7 @@ def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespea
     the configs, key_extra and the code version>`: a finished run is only located, an interrupted one resumes.
     The cache every chapter's trained models share (`shakespeare_model`, `scaling.scaling_run`, ...); load the
     result with `load_model`. `ValueError` if model_cfg.vocab_size is not the tokenizer's."""
-    # the settings of chapter 08b only change how a step is executed: left at their defaults they stay out of the
-    # key, so the models cached before they existed are still found
-    train_key = {k: v for k, v in train_cfg.to_dict().items() if k not in _EXECUTION or v != _EXECUTION[k]}
-    key = json.dumps({"model": model_cfg.to_dict(), "train": train_key, **key_extra,
-                      "version": transformerbook.__version__}, sort_keys=True)
-    out_dir = cache_dir()/"models"/f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    out_dir = cached_run_dir(prefix, model_cfg, train_cfg, key_extra)
     path = out_dir/CHECKPOINT_NAME
     if path.is_file() and load_checkpoint(path)["step"] >= train_cfg.max_iters: return path
     tok, train_ids, val_ids = load_dataset("tinyshakespeare", tokenizer)
