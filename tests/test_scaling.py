@@ -15,6 +15,7 @@ from transformerbook.lm_head import GPT, GPTConfig, approx_non_embedding_params
 from transformerbook.scaling import (BESIROGLU_2024, HOFFMANN_2022, KAPLAN_2020, PF_DAY_FLOPS, ChinchillaLaw,
                                      count_params, exact_flops_per_token, fit_chinchilla, fit_power_law,
                                      flops_per_token, power_law, scaling_run, training_flops)
+from transformerbook.pretrained import config_from_hf
 from transformerbook.training import TrainConfig
 
 BASE = dict(vocab_size=50, context_length=16, d_model=24, n_heads=4, n_layers=2)
@@ -79,7 +80,7 @@ def test_count_params_matches_hugging_face_gpt2_small(tie):
     with torch.device("meta"):
         hf = GPT2LMHeadModel(hf_config)
     n_hf = sum(p.numel() for p in hf.parameters())
-    assert count_params(GPTConfig.from_hf(hf_config)) == n_hf
+    assert count_params(config_from_hf(hf_config)) == n_hf
     assert n_hf == 124_439_808 + (0 if tie else 50257 * 768)
 
 

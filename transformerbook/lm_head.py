@@ -3,8 +3,9 @@
 **In the package** (`transformerbook.lm_head`): `GPT(GPTConfig(...))` is a decoder-only transformer mapping (B, T)
 token ids to (B, T, vocab_size) logits; `GPTConfig.gpt2_small()` holds GPT-2 small's sizes, its switches (`POSITIONALS`
 among them) also describe Llama- and Qwen3-style models (chapter 12), and `gpt2_init(module, n_layers)` is GPT-2's
-initialisation. `GPT.from_pretrained("gpt2")` loads OpenAI's weights from the Hugging Face Hub (the conversion lives in
-`transformerbook.pretrained`). `approx_non_embedding_params(n_layers, d_model)` is Kaplan et al.'s 12 · n_layers ·
+initialisation. Loading OpenAI's weights from the Hugging Face Hub is a separate job, in
+`transformerbook.pretrained` (`from_pretrained("gpt2")`), which imports this module, never the other way round.
+`approx_non_embedding_params(n_layers, d_model)` is Kaplan et al.'s 12 · n_layers ·
 d_model² estimate, and `logit_lens(model, token_ids)` reads next-token logits from the residual stream after every
 block, shape (n_layers + 1, B, T, vocab_size).
 
@@ -16,7 +17,6 @@ Docs: https://transformerbook.github.io/transformerbook/lm_head.html.md"""
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -91,12 +91,6 @@ class GPTConfig:
     def gpt2_small(cls, **overrides) -> "GPTConfig":
         "GPT-2 small (124M): 12 layers, 12 heads, d_model 768, context 1024."
         return cls(**{**dict(vocab_size=50257, context_length=1024, d_model=768, n_heads=12, n_layers=12), **overrides})
-
-    @classmethod
-    def from_hf(cls, hf_config) -> "GPTConfig":
-        "A Hugging Face `GPT2Config` as a GPTConfig: shorthand for `transformerbook.pretrained.config_from_hf`."
-        from transformerbook.pretrained import config_from_hf  # the conversion lives in its own module
-        return config_from_hf(hf_config)
 
     def to_dict(self) -> dict:
         """The fields as a dict; the chapter-12 switches are left out while they hold GPT-2's values, so a GPT-2
@@ -232,14 +226,6 @@ class GPT(nn.Module):
             n -= self.embeddings.token.weight.numel()
             if self.config.positional == "learned": n -= self.embeddings.position.weight.numel()
         return n
-
-    @classmethod
-    def from_pretrained(cls, name_or_path: str | os.PathLike, # a Hub name ("gpt2", ...) or a save_pretrained folder
-                        local_files_only: bool = False, # never use the network
-                       ) -> "GPT": # in eval mode
-        "Hugging Face GPT-2 weights in the book's GPT: shorthand for `transformerbook.pretrained.from_pretrained`."
-        from transformerbook.pretrained import from_pretrained  # the conversion lives in its own module
-        return from_pretrained(name_or_path, local_files_only=local_files_only)
 
 # %% ../nbs/06_lm_head.ipynb #8883c02a
 def approx_non_embedding_params(n_layers: int, # number of transformer blocks

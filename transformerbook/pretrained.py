@@ -4,8 +4,8 @@
 `GPTConfig`; `load_hf_state_dict(model, state_dict)` copies a `GPT2LMHeadModel` state dict into a `GPT`, with the
 helpers `take_tensor` (one tensor, shape-checked) and `copy_state` (every parameter, refusing surplus tensors);
 `checkpoint_folder(name_or_path)`, `read_state_dict(folder)` and `read_hf_config(folder)` find and read a checkpoint
-(safetensors, sharded or not, or pytorch_model.bin); `from_pretrained(name_or_path)` does it all (`GPT.from_pretrained`
-calls it). Chapter 6 explains the maps; chapter 12 adds Llama and Qwen3 on these helpers.
+(safetensors, sharded or not, or pytorch_model.bin); `from_pretrained(name_or_path)` does it all. The model's
+module (`lm_head`, chapter 6) never imports this one: the arrows between modules point to earlier chapters only. Chapter 6 explains the maps; chapter 12 adds Llama and Qwen3 on these helpers.
 
 Docs: https://transformerbook.github.io/transformerbook/pretrained.html.md"""
 
@@ -172,7 +172,7 @@ def from_pretrained(
     local_files_only: bool = False, # never use the network; only a local folder or the HF cache
 ) -> GPT: # in eval mode, dropout 0
     """Load Hugging Face GPT-2 weights into the book's `GPT` (config via `config_from_hf`, tensors via
-    `load_hf_state_dict`); `GPT.from_pretrained` calls this. Raises `OSError` if the files cannot be found or
+    `load_hf_state_dict`), nanoGPT's `GPT.from_pretrained`. Raises `OSError` if the files cannot be found or
     fetched, `ValueError` if the config or a tensor does not map."""
     folder = checkpoint_folder(name_or_path, local_files_only)
     model = GPT(config_from_hf(read_hf_config(folder)))

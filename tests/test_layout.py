@@ -1,0 +1,50 @@
+"""The package's layout: every import between modules points to an earlier chapter or the same one (no arrow back,
+so no cycle), measured with the same walk as `tools/code_metrics.py` (issue 17)."""
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "transformerbook"
+_spec = importlib.util.spec_from_file_location("code_metrics", ROOT / "tools" / "code_metrics.py")
+metrics = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(metrics)
+
+MODULES = sorted(p for p in PACKAGE.glob("*.py") if p.stem not in ("_modidx", "__init__"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
+def test_every_module_has_a_place_in_the_chapter_order(path):
+    "A module from a non-chapter notebook (no number) must be placed beside its chapter, else it would sort last."
+    place = metrics.chapter_of(path)
+    assert place[:2].isdigit() or path.stem == "__main__", f"{path.stem}: add it to CHAPTER_ORDER ({place!r})"
+
+
+def test_import_arrows_point_to_earlier_chapters():
+    arrows = metrics.import_arrows(PACKAGE)
+    assert len(arrows) > 30  # the walk sees the imports (lazy ones inside functions included)
+    backward = [f"{a}:{line} -> {b}" for a, b, line, forward in arrows if not forward]
+    assert not backward, f"imports from a later chapter: {backward}"
+
+
+def test_the_walk_finds_lazy_and_absolute_imports(tmp_path):
+    "The walk would catch the old arrow: a lazy `from transformerbook.pretrained import ...` inside a method."
+    source = ("def f():\n    from transformerbook.pretrained import from_pretrained\n"
+              "from .masking import causal_mask\nimport transformerbook.data\n")
+    found = metrics.imported_modules(ast.parse(source))
+    assert sorted(found) == [(2, "pretrained"), (3, "masking"), (4, "data")]
+    (tmp_path / "lm_head.py").write_text("# File to edit: ../nbs/06_lm_head.ipynb\n" + source)
+    (tmp_path / "pretrained.py").write_text("# File to edit: ../nbs/pretrained.ipynb\nfrom .lm_head import GPT\n")
+    (tmp_path / "masking.py").write_text("# File to edit: ../nbs/02_masking.ipynb\n")
+    (tmp_path / "data.py").write_text("# File to edit: ../nbs/00a_data.ipynb\n")
+    arrows = {(a, b): forward for a, b, _, forward in metrics.import_arrows(tmp_path)}
+    assert arrows == {("lm_head", "pretrained"): False, ("lm_head", "masking"): True, ("lm_head", "data"): True,
+                      ("pretrained", "lm_head"): True}
+
+
+def test_the_model_module_does_not_know_about_hugging_face_loading():
+    import transformerbook.lm_head as lm_head
+    assert not hasattr(lm_head.GPT, "from_pretrained") and not hasattr(lm_head.GPTConfig, "from_hf")
+    assert "pretrained" not in {m for _, m in metrics.imported_modules(ast.parse((PACKAGE / "lm_head.py").read_text()))}
