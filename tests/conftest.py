@@ -1,5 +1,5 @@
-"""Shared fixtures: one torch thread for every test, the `tools/` scripts on `sys.path`, and a synthetic chapter for the
-site tests."""
+"""Shared fixtures: one torch thread for every test, the `tools/` scripts on `sys.path`, a synthetic chapter for the
+site tests, and one headless Chromium for every browser test (`chrome`)."""
 from __future__ import annotations
 
 import base64
@@ -86,3 +86,21 @@ def chromium() -> str:
             return path
     pytest.fail("The browser tests need Chromium: run `make browser` (apt-get install chromium), "
                 "or set CHROMIUM=/path/to/chrome")
+
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def chrome():
+    """One headless Chromium for the whole session, shared by every browser test (`test_site`, `test_explorers`).
+    Playwright's sync API runs one asyncio loop per process: a second `sync_playwright()` started while the first is
+    open fails ("Sync API inside the asyncio loop"), so there is exactly one, here. Each test file opens its own
+    contexts (fresh profiles) on it."""
+    from playwright.sync_api import sync_playwright
+    exe = chromium()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 import torch
 
-from conftest import ROOT, chromium
+from conftest import ROOT
 import explorers
 import figures
 import nb2myst
@@ -33,8 +33,6 @@ CHAPTERS = {"sampling": "07_sampling", "attention": "03_multihead", "positional"
             "bpe": "05a_tokenization", "moe": "10_moe", "chinchilla": "09_scaling"}
 VIEWPORTS = {"phone": {"width": 400, "height": 850}, "desktop": {"width": 1400, "height": 900}}
 SCREENSHOTS = ROOT / "_build" / "screenshots" / "explorers"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 # ------------------------------------------------------------------------------------- no browser needed
@@ -161,15 +159,6 @@ def base_url(site):
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture(scope="module")
-def chrome():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium(), headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(params=list(VIEWPORTS))

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 import nbformat
 import pytest
 
-from conftest import ROOT, chromium, make_sample_chapter
+from conftest import ROOT, make_sample_chapter
 import build_site
 
 pytestmark = pytest.mark.slow
@@ -34,8 +34,6 @@ RAW_MARKUP = re.compile(r"^[ \t]*(?:#\||:::|```|~~~|\{\.[\w-]+\}).*$", re.M)
 PROSE_JS = """el => { const c = el.cloneNode(true);
   c.querySelectorAll("pre, div.highlight, mjx-container").forEach(n => n.remove());
   return c.textContent; }"""
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 def make_lettered_chapter():
@@ -90,18 +88,13 @@ class QuietHandler(SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="session")
-def browser(tmp_path_factory):
-    "A headless Chromium context (fresh profile) that records every URL its pages request."
-    from playwright.sync_api import sync_playwright
-    exe = chromium()
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=exe, headless=True,
-            args=CHROMIUM_ARGS, viewport={"width": 1280, "height": 900})
-        context.requested = []
-        context.on("request", lambda request: context.requested.append(request.url))
-        yield context
-        context.close()
+def browser(chrome):
+    "A fresh browser context on the session's Chromium (`conftest.chrome`) that records every URL its pages request."
+    context = chrome.new_context(viewport={"width": 1280, "height": 900})
+    context.requested = []
+    context.on("request", lambda request: context.requested.append(request.url))
+    yield context
+    context.close()
 
 
 @pytest.fixture
