@@ -37,6 +37,13 @@ SCREENSHOTS = ROOT / "_build" / "screenshots" / "explorers"
 
 # ------------------------------------------------------------------------------------- no browser needed
 
+def test_a_trailing_noqa_is_not_part_of_the_option():
+    source = ("#| fig-cap: Loss against steps  # noqa: E501\n#| fig-alt: 'A falling # curve' # noqa: E501\n"
+              "#| explorer: sampling\nplot()")
+    assert figures.cell_options(source) == {"fig-cap": "Loss against steps", "fig-alt": "A falling # curve",
+                                            "explorer": "sampling"}
+
+
 def test_cell_options_are_parsed_and_applied():
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("#| fig-cap: Loss against steps\n#| fig-alt: \"A falling curve\"\nplot()"),

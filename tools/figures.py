@@ -5,6 +5,7 @@ Cell options (Quarto's names where Quarto has one), on code cells:
 
 - `#| fig-cap: text` and `#| fig-alt: text`: the cell's plot becomes a numbered figure with that caption (MyST
   markdown) and that alt text (what the plot shows, for readers who cannot see it); myst-nb's `mystnb` metadata.
+  Each is one line; a line over 120 columns ends in `  # noqa: E501`, which is not part of the text.
 - `#| explorer: NAME`: the cell is a Jupyter (ipywidgets) explorer: on the site its code is folded behind a toggle
   (myst-nb's `hide-input` tag; widget outputs are already dropped) and the in-page explorer NAME follows it.
 - `#| explorer-after: NAME`: the in-page explorer NAME follows this cell, which is shown as usual.
@@ -23,7 +24,9 @@ import re
 import nbformat
 
 OPTIONS = ("fig-cap", "fig-alt", "explorer", "explorer-after")
-_OPTION = re.compile(r"^[ \t]*#\|[ \t]*(" + "|".join(map(re.escape, OPTIONS)) + r")[ \t]*:[ \t]*(.*?)[ \t]*$", re.M)
+# A value may end in a noqa comment for E501: the option stays one line (as read here), and the lint passes.
+_OPTION = re.compile(r"^[ \t]*#\|[ \t]*(" + "|".join(map(re.escape, OPTIONS)) + r")[ \t]*:[ \t]*(.*?)"
+                     r"(?:[ \t]+#[ \t]*noqa:[ \t]*E501)?[ \t]*$", re.M)
 _IMAGE_FIGURE = re.compile(r"\A\s*!\[(?P<alt>[^\]]*)\]\((?P<src>[^)\s]+)\)\s*"
                            r"(?:\n\s*\n\s*Figure:[ \t]*(?P<cap>.+?))?\s*\Z", re.S)
 

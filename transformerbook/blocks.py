@@ -85,7 +85,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor, # (..., d_model) float
                ) -> Tensor: # (..., d_model)
-        "(..., D) -> (..., D): divide each vector by its root mean square, then scale by γ (Zhang & Sennrich 2019 eq. 4)."
+        "(..., D) -> (..., D): divide each vector by its root mean square, scale by γ (Zhang & Sennrich 2019 eq. 4)."
         if not isinstance(x, Tensor) or not x.is_floating_point():
             raise TypeError(f"x must be a floating-point torch.Tensor, got "
                             f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
@@ -181,7 +181,8 @@ def make_mlp(d_model: int, # model width D
 class TransformerBlock(nn.Module):
     """A transformer block: multi-head attention and a feed-forward network, each wrapped in a residual connection.
 
-    norm="post": h = LN(x + MHA(x)); out = LN(h + FFN(h))  (J&M eqs. 10.24-10.31; 6.390 eqs. 11.14-11.17; Vaswani et al. 2017).
+    norm="post": h = LN(x + MHA(x)); out = LN(h + FFN(h))
+    (J&M eqs. 10.24-10.31; 6.390 eqs. 11.14-11.17; Vaswani et al. 2017).
     norm="pre":  h = x + MHA(LN(x)); out = h + FFN(LN(h))  (J&M eqs. 10.38-10.43; GPT-2). A pre-norm stack needs a
     final norm after its last block. Every argument after n_heads is keyword-only; `normalization`, `activation`,
     `n_kv_heads`, `d_head` and `qk_norm` switch the GPT-2 block into a Llama- or Qwen3-style one (chapter 12). Raises

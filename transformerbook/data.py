@@ -61,7 +61,7 @@ class ChecksumError(ValueError):
 
 # %% ../nbs/00a_data.ipynb #742b98bf
 def cache_dir() -> Path:
-    "The per-user cache folder: `$TRANSFORMERBOOK_CACHE` if set, else the OS cache folder (e.g. `~/.cache/transformerbook`)."
+    "The per-user cache folder: `$TRANSFORMERBOOK_CACHE` if set, else the OS's (e.g. `~/.cache/transformerbook`)."
     env = os.environ.get(CACHE_ENV)
     return Path(env).expanduser() if env else Path(pooch.os_cache("transformerbook"))
 
@@ -160,5 +160,6 @@ def load_result(name: str, # an experiment's name: `experiments/<name>.py` wrote
     path = RESULTS_DIR/f"{name}.json"
     if not path.is_file():
         known = sorted(p.stem for p in RESULTS_DIR.glob("*.json"))
-        raise FileNotFoundError(f"no results for experiment {name!r} (known: {known}); run: python experiments/{name}.py")
+        raise FileNotFoundError(f"no results for experiment {name!r} (known: {known}); "
+                                f"run: python experiments/{name}.py")
     return json.loads(path.read_text(encoding="utf-8"))

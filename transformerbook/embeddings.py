@@ -68,7 +68,8 @@ class Embeddings(nn.Module):
         if positional == "learned":
             self.position = nn.Embedding(context_length, d_model)  # P: (context_length, D)
         elif positional == "sinusoidal":
-            self.register_buffer("position_table", sinusoidal_positional_encoding(context_length, d_model), persistent=False)
+            self.register_buffer("position_table", sinusoidal_positional_encoding(context_length, d_model),
+                                 persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
@@ -173,7 +174,7 @@ class RotaryEmbedding(nn.Module):
                 k: Tensor, # (B, KV, T, Dh)
                 position_ids: Tensor, # (T,) or (B, T) int64 in [0, context_length)
                ) -> tuple[Tensor, Tensor]: # rotated q and k, same shapes and dtypes
-        "Rotate q and k by the angles of `position_ids` (Su et al. 2021 eq. 34); `ValueError` for a position beyond the table."
+        "Rotate q and k by the angles of `position_ids` (Su et al. 2021 eq. 34); `ValueError` past the table's end."
         if position_ids.numel() and (position_ids.min() < 0 or position_ids.max() >= self.context_length):
             raise ValueError(f"position {position_ids.max().item()} is beyond the rotary table's "
                              f"context_length={self.context_length}: crop the sequence or build a longer table")

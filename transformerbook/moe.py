@@ -42,10 +42,11 @@ __all__ = ['EXPERT_ACTIVATIONS', 'moe_param_counts', 'TopKRouter', 'make_expert'
 def _check_top_k(top_k, n_experts: int) -> None:
     check_positive_int("top_k", top_k)
     if top_k > n_experts:
-        raise ValueError(f"top_k={top_k} is larger than n_experts={n_experts}: a token cannot visit more experts than exist")
+        raise ValueError(f"top_k={top_k} is larger than n_experts={n_experts}: "
+                         "a token cannot visit more experts than exist")
 
 def _check_x(x, d_model: int, weight: Tensor) -> None:
-    "`TypeError` for a non-float tensor or one whose dtype differs from the weights', `ValueError` for a wrong last axis."
+    "`TypeError` for a non-float tensor or one of another dtype than the weights, `ValueError` for a wrong last axis."
     if not isinstance(x, Tensor) or not x.is_floating_point():
         raise TypeError(f"x must be a floating-point torch.Tensor, got "
                         f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
@@ -72,7 +73,8 @@ class TopKRouter(nn.Module):
         self.gate = nn.Linear(d_model, n_experts, bias=False)  # W_g: D -> E; weight (E, D)
 
     def forward(self, x: Tensor, # (..., D) float
-               ) -> tuple[Tensor, Tensor, Tensor]: # logits (..., E) x's dtype; weights (..., K) float32; indices (..., K) int64
+               ) -> tuple[Tensor, Tensor, Tensor]: # logits (..., E) x's dtype, weights (..., K) float32,
+                                                    # indices (..., K) int64
         """Score the experts and keep the top k: (..., D) -> logits (..., E), weights (..., K), indices (..., K), the
         weights sorted from largest to smallest. `TypeError`/`ValueError` for a bad x."""
         _check_x(x, self.d_model, self.gate.weight)
@@ -115,7 +117,8 @@ class MoEFeedForward(nn.Module):
         check_positive_int("d_ff", d_ff)
         self.router = TopKRouter(d_model, n_experts, top_k, renormalize=renormalize)
         self.experts = nn.ModuleList([make_expert(d_model, d_ff, activation, dropout, bias) for _ in range(n_experts)])
-        self.d_model, self.d_ff, self.n_experts, self.top_k, self.activation = d_model, d_ff, n_experts, top_k, activation
+        self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
+        self.n_experts, self.top_k = n_experts, top_k
         self.router_logits: Tensor | None = None  # (N, E) from the last forward
 
     def forward(self, x: Tensor, # (..., D), usually (B, T, D)
@@ -147,7 +150,8 @@ def _mixtral_experts(block: nn.Module) -> tuple[nn.Module, bool]:
         return experts, True
     if isinstance(experts, nn.ModuleList) and all(hasattr(e, a) for e in experts for a in ("w1", "w2", "w3")):
         return experts, False
-    raise TypeError(f"expected a Hugging Face MixtralSparseMoeBlock, got {type(block).__name__} without Mixtral experts")
+    raise TypeError(f"expected a Hugging Face MixtralSparseMoeBlock, "
+                    f"got {type(block).__name__} without Mixtral experts")
 
 def _check_mixtral_shapes(moe: MoEFeedForward, block: nn.Module) -> None:
     bias = any(m.bias is not None for m in moe.experts.modules() if isinstance(m, nn.Linear))
@@ -163,7 +167,7 @@ def _check_mixtral_shapes(moe: MoEFeedForward, block: nn.Module) -> None:
 def copy_from_mixtral(moe: MoEFeedForward, # receives the weights (SwiGLU experts, no bias)
                       block: nn.Module, # a transformers `MixtralSparseMoeBlock`
                      ) -> MoEFeedForward:
-    "Copy a Hugging Face `MixtralSparseMoeBlock`'s router and experts into `moe` (in place); `ValueError` on a shape mismatch."
+    "Copy a Hugging Face `MixtralSparseMoeBlock`'s router and experts into `moe` (in place); `ValueError` on shapes."
     experts, fused = _mixtral_experts(block)
     _check_mixtral_shapes(moe, block)
     moe.router.gate.weight.copy_(block.gate.weight)  # (E, D)
@@ -182,7 +186,7 @@ def copy_from_mixtral(moe: MoEFeedForward, # receives the weights (SwiGLU expert
 def copy_to_mixtral(moe: MoEFeedForward, # the source (SwiGLU experts, no bias)
                     block: nn.Module, # a transformers `MixtralSparseMoeBlock`, overwritten in place
                    ) -> nn.Module:
-    "Copy `moe`'s router and experts into a Hugging Face `MixtralSparseMoeBlock` (in place); `ValueError` on a shape mismatch."
+    "Copy `moe`'s router and experts into Hugging Face's `MixtralSparseMoeBlock` (in place); `ValueError` on shapes."
     experts, fused = _mixtral_experts(block)
     _check_mixtral_shapes(moe, block)
     block.gate.weight.copy_(moe.router.gate.weight)
@@ -203,12 +207,15 @@ def expert_usage(indices: Tensor, # (..., K) int64, the experts chosen for each 
     """The fraction of tokens routed to each expert, f_i (Fedus et al. 2021 eq. 5, counted over all k choices).
     Raises `TypeError` for non-integer indices, `ValueError` for an index outside [0, n_experts)."""
     check_positive_int("n_experts", n_experts)
-    if not isinstance(indices, Tensor) or indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
+    if (not isinstance(indices, Tensor) or indices.is_floating_point() or indices.is_complex()
+            or indices.dtype == torch.bool):
         raise TypeError(f"indices must be an integer tensor of expert ids, got "
                         f"{indices.dtype if isinstance(indices, Tensor) else type(indices).__name__}")
-    if indices.dim() < 1 or indices.numel() == 0: raise ValueError(f"indices must be (..., K) with K >= 1, got shape {tuple(indices.shape)}")
+    if indices.dim() < 1 or indices.numel() == 0:
+        raise ValueError(f"indices must be (..., K) with K >= 1, got shape {tuple(indices.shape)}")
     if indices.min() < 0 or indices.max() >= n_experts:
-        raise ValueError(f"indices must lie in [0, n_experts={n_experts}), got values in [{indices.min().item()}, {indices.max().item()}]")
+        raise ValueError(f"indices must lie in [0, n_experts={n_experts}), "
+                         f"got values in [{indices.min().item()}, {indices.max().item()}]")
     n_tokens = indices.numel() // indices.shape[-1]
     counts = torch.bincount(indices.flatten(), minlength=n_experts)  # (E,) assignments per expert
     return counts.float() / n_tokens
@@ -216,8 +223,8 @@ def expert_usage(indices: Tensor, # (..., K) int64, the experts chosen for each 
 def load_balancing_loss(router_logits: Tensor | Sequence[Tensor], # (..., E) float, or one such tensor per layer
                         top_k: int, # K, experts per token
                        ) -> Tensor: # () float32: E · Σ_i f_i P_i; equals top_k for perfectly even routing
-    """Switch Transformer load-balancing loss without α (Fedus et al. 2021 eqs. 4-6; notes §19.6.2), as in Hugging Face's
-    Mixtral: E · Σᵢ fᵢ Pᵢ with fᵢ the fraction of tokens whose top-k includes expert i and Pᵢ the mean router
+    """Switch Transformer load-balancing loss without α (Fedus et al. 2021 eqs. 4-6; notes §19.6.2), as in Hugging
+    Face's Mixtral: E · Σᵢ fᵢ Pᵢ with fᵢ the fraction of tokens whose top-k includes expert i and Pᵢ the mean router
     probability. Several layers' logits are pooled. `TypeError`/`ValueError` for bad logits or top_k."""
     if isinstance(router_logits, (list, tuple)):
         if not router_logits: raise ValueError("router_logits is an empty sequence")
@@ -288,5 +295,6 @@ def collect_router_logits(model: nn.Module, # a model containing `MoEFeedForward
                          ) -> list[Tensor]: # one (N, E) tensor per MoE layer, in module order
     "The router logits of every `MoEFeedForward` in `model` from its last forward pass; `ValueError` if there are none."
     logits = [m.router_logits for m in model.modules() if isinstance(m, MoEFeedForward) and m.router_logits is not None]
-    if not logits: raise ValueError("no MoEFeedForward layer in the model has router logits yet: run a forward pass first")
+    if not logits:
+        raise ValueError("no MoEFeedForward layer in the model has router logits yet: run a forward pass first")
     return logits

@@ -36,7 +36,7 @@ __all__ = ['CharTokenizer', 'TiktokenGPT2', 'get_pair_counts', 'merge', 'most_fr
 
 # %% ../nbs/05a_tokenization.ipynb #621a5ec4
 class _class_or_instance:
-    "A method that, called on the class, runs on a fresh instance: `CharTokenizer.train(t)` = `CharTokenizer().train(t)`."
+    "Called on the class, the method runs on a new instance: `CharTokenizer.train(t)` is `CharTokenizer().train(t)`."
     def __init__(self, fn): self.fn, self.__doc__ = fn, fn.__doc__
     def __get__(self, obj, cls): return types.MethodType(self.fn, cls() if obj is None else obj)
 
@@ -72,7 +72,8 @@ class CharTokenizer:
         try:
             return [self.stoi[c] for c in text]
         except KeyError as e:
-            raise ValueError(f"character {e.args[0]!r} is not in this tokenizer's {self.vocab_size}-character vocabulary") from None
+            raise ValueError(f"character {e.args[0]!r} is not in this tokenizer's "
+                             f"{self.vocab_size}-character vocabulary") from None
 
     def encode_iterable(self, chunks) -> Iterator[int]:
         "Ids of the concatenated text `chunks` (e.g. an open file), yielded lazily: one chunk in memory at a time."
@@ -291,7 +292,8 @@ class BasicBPETokenizer(Tokenizer):
             pair = most_frequent_pair(counts)
             ids = merge(ids, pair, new_id)
             merges[pair] = new_id
-            if verbose: print(f"merge {new_id - 255}/{n_merges}: {pair} -> {new_id} {self.vocab_bytes(merges, new_id)!r} "
+            if verbose: print(f"merge {new_id - 255}/{n_merges}: {pair} -> {new_id} "
+                              f"{self.vocab_bytes(merges, new_id)!r} "
                               f"({counts[pair]} occurrences)")
         return self._finish_training(merges, special_tokens)
 
@@ -392,7 +394,8 @@ class BPETokenizer(BasicBPETokenizer):
 
     @staticmethod
     def _split_special(text: str, specials) -> list[str]:
-        "`text` split around the special-token strings, kept at the odd positions (longest first, so one that contains another wins)."
+        """`text` split around the special-token strings, kept at the odd positions (longest first, so one that
+        contains another wins)."""
         if not specials: return [text]
         specials = sorted(specials, key=len, reverse=True)
         return regex.split("(" + "|".join(regex.escape(s) for s in specials) + ")", text)
@@ -409,7 +412,7 @@ class BPETokenizer(BasicBPETokenizer):
 
 # %% ../nbs/05a_tokenization.ipynb #71d8887f
 def bytes_to_unicode() -> dict[int, str]:
-    "GPT-2's byte -> printable character table: visible bytes map to themselves, the other 68 to chr(256), chr(257), ..."
+    "GPT-2's byte -> printable character table: visible bytes map to themselves, the other 68 to chr(256), chr(257)..."
     visible = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     table = {b: chr(b) for b in visible}
     n = 0
