@@ -6,6 +6,7 @@ Prints, for `transformerbook/*.py` (the generated modules, not `_modidx.py`):
   (a) an `if` whose body is only a `raise` (the condition, the raise and its message; an `elif` chain of such `if`s
       counts whole), or
   (b) a statement that only calls a named check (`check_*`, `_check*`, `validate*`), the delegated form of (a).
+  The (a) lines are also counted alone ("inline"): the checks still spelled by hand in the module.
   `validation.py` is all checks by design; the package-wide share is printed with and without it.
 - the **import arrows** between modules (`from transformerbook.x import` / `from .x import` / `import
   transformerbook.x`, anywhere in the file, lazy imports included), each marked forward or BACKWARD by the chapter
@@ -67,16 +68,16 @@ def _call_name(call: ast.Call) -> str:
     return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
 
 
-def guard_lines(tree: ast.AST) -> set[int]:
-    "Lines of `if ...: raise` blocks and of statements that only call a named check."
-    lines = set()
+def guard_lines(tree: ast.AST) -> tuple[set[int], set[int]]:
+    "Lines of `if ...: raise` blocks (spelled inline) and of statements that only call a named check (delegated)."
+    inline, delegated = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and _only_raises(node):
-            lines.update(range(node.lineno, node.end_lineno + 1))
+            inline.update(range(node.lineno, node.end_lineno + 1))
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and CHECK_CALL.match(
                 _call_name(node.value)):
-            lines.update(range(node.lineno, node.end_lineno + 1))
-    return lines
+            delegated.update(range(node.lineno, node.end_lineno + 1))
+    return inline, delegated - inline
 
 
 def imported_modules(tree: ast.AST, package: str = "transformerbook") -> list[tuple[int, str]]:
@@ -105,15 +106,16 @@ def import_arrows(package_dir: Path) -> list[tuple[str, str, int, bool]]:
     return arrows
 
 
-def guard_share(package_dir: Path) -> dict[str, tuple[int, int]]:
-    "{module: (guard lines, code lines)}."
+def guard_share(package_dir: Path) -> dict[str, tuple[int, int, int]]:
+    "{module: (guard lines, of which spelled inline, code lines)}."
     out = {}
     for path in sorted(package_dir.glob("*.py")):
         if path.stem in ("_modidx", "__init__", "__main__"): continue
         source = path.read_text()
         tree = ast.parse(source)
         code = code_lines(source, tree)
-        out[path.stem] = (len(guard_lines(tree) & code), len(code))
+        inline, delegated = guard_lines(tree)
+        out[path.stem] = (len((inline | delegated) & code), len(inline & code), len(code))
     return out
 
 
@@ -123,13 +125,12 @@ def main():
     args = parser.parse_args()
     package_dir = args.root / "transformerbook"
     shares = guard_share(package_dir)
-    print("guard share of code lines (guard lines / code lines):")
-    for name, (g, c) in sorted(shares.items(), key=lambda kv: -kv[1][0] / max(kv[1][1], 1)):
-        print(f"  {name:14s} {g:4d} / {c:4d} = {g / c:6.1%}")
+    print("guard share of code lines (guard lines / code lines; in brackets the `if ...: raise` lines spelled inline):")
+    for name, (g, i, c) in sorted(shares.items(), key=lambda kv: -kv[1][0] / max(kv[1][2], 1)):
+        print(f"  {name:14s} {g:4d} / {c:4d} = {g / c:6.1%}   (inline {i:4d} = {i / c:6.1%})")
     for label, keep in (("package", lambda n: True), ("package without validation.py", lambda n: n != "validation")):
-        g = sum(v[0] for n, v in shares.items() if keep(n))
-        c = sum(v[1] for n, v in shares.items() if keep(n))
-        print(f"  {label}: {g} / {c} = {g / c:.1%}")
+        g, i, c = (sum(v[k] for n, v in shares.items() if keep(n)) for k in range(3))
+        print(f"  {label}: {g} / {c} = {g / c:.1%} (inline {i} = {i / c:.1%})")
     arrows = import_arrows(package_dir)
     backward = [a for a in arrows if not a[3]]
     print(f"import arrows: {len(arrows)} imports, {len({a[:2] for a in arrows})} module pairs, "
