@@ -85,7 +85,7 @@ def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores ove
     return (nll * keep).sum() / keep.sum()  # mean over kept positions (NaN if none is kept, like torch)
 
 # %% ../nbs/08_training.ipynb #7cadf844
-def get_batch(data: Tensor | np.ndarray, # (N,) integer token ids of a whole split: a tensor, or a `numpy.memmap` of a token file
+def get_batch(data: Tensor | np.ndarray, # (N,) integer token ids of a split: a tensor, or a `numpy.memmap` of a token file
               batch_size: int, # B, number of windows
               context_length: int, # T, tokens per window
               generator: torch.Generator | None = None, # source of the random offsets (seeded => reproducible)
@@ -110,7 +110,8 @@ def _window(data, start: int, length: int) -> Tensor:
     kernel maps along) in the process's resident memory, which then creeps up towards the file's size."""
     if isinstance(data, np.memmap) and isinstance(data.filename, str):
         offset = data.offset + start * data.itemsize
-        return torch.from_numpy(np.fromfile(data.filename, dtype=data.dtype, count=length, offset=offset).astype(np.int64))
+        window = np.fromfile(data.filename, dtype=data.dtype, count=length, offset=offset)
+        return torch.from_numpy(window.astype(np.int64))
     w = data[start:start + length]
     return torch.from_numpy(w.astype(np.int64)) if isinstance(w, np.ndarray) else w.long()
 
@@ -119,7 +120,8 @@ def _check_token_ids(data) -> None:
     if isinstance(data, np.ndarray): ok = np.issubdtype(data.dtype, np.integer)
     else: ok = _is_integer_tensor(data)
     if not ok:
-        raise TypeError(f"data must be an integer tensor of token ids, got {getattr(data, 'dtype', type(data).__name__)}")
+        got = getattr(data, 'dtype', type(data).__name__)
+        raise TypeError(f"data must be an integer tensor of token ids, got {got}")
     if data.ndim != 1: raise ValueError(f"data must be 1-D token ids, got shape {tuple(data.shape)}")
 
 # %% ../nbs/08_training.ipynb #ddbcbfc8
@@ -171,7 +173,8 @@ def _read_chunks(fh, limit: list, size: int = 1 << 20):
         chunk = fh.read(size)
         if not chunk: return
         nbytes = len(chunk.encode("utf-8"))
-        if limit[0] is not None and nbytes > limit[0]:  # this chunk crosses the split: keep its head, push back the rest
+        # a chunk that crosses the split: keep its head, push back the rest
+        if limit[0] is not None and nbytes > limit[0]:
             head = chunk.encode("utf-8")[:limit[0]].decode("utf-8", errors="ignore")
             limit.append(chunk[len(head):])  # the carried-over text for the next split
             limit[0] = 0
@@ -428,7 +431,7 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
                     train_config: TrainConfig | None = None,
                     tokenizer=None, # anything with `to_dict()` (CharTokenizer, GPT2Tokenizer)
                     history: TrainHistory | None = None,
-                    generator: torch.Generator | None = None, # the batch sampler, so a resumed run draws the same batches
+                    generator: torch.Generator | None = None, # the batch sampler: a resumed run draws the same batches
                     scaler: torch.amp.GradScaler | None = None, # float16 training's loss scale (08b)
                     rank_rng: list | None = None, # under data parallelism, every rank's torch RNG state (dropout)
                    ) -> Path:
@@ -521,7 +524,8 @@ def resume_config(saved: dict, # the checkpoint's `train_config`
     changes = {k: v for k, v in changes.items() if not (k == "lr_decay_iters" and v is None)}
     diff = {k: (old.get(k), v) for k, v in changes.items() if k not in RESUMABLE and old.get(k) != v}
     if diff:
-        raise CheckpointError(f"cannot resume from {source}: training settings differ ({{field: (checkpoint, this run)}} "
+        raise CheckpointError(f"cannot resume from {source}: training settings differ "
+                              f"({{field: (checkpoint, this run)}} "
                               f"= {diff}); only {list(RESUMABLE)} may change")
     return TrainConfig.from_dict({**old, **changes})
 
