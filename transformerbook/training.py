@@ -338,11 +338,15 @@ def lr_at(step: int, # optimizer step, counting from 0
 # %% ../nbs/08_training.ipynb #d29a2d7a
 def configure_optimizer(model: nn.Module, train_cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on every parameter with dim >= 2 (weight matrices and embedding tables, as nanoGPT)
-    and none on biases and LayerNorm gains (dim 1). A tied matrix is one parameter and appears once."""
+    and none on biases and LayerNorm gains (dim 1). A tied matrix is one parameter and appears once. On CPU and CUDA
+    it runs torch's fused AdamW kernel (`fused=True`: one pass over all parameters, the same update rule; on a CPU
+    about four times faster than the default loop over parameters, `bench/README.md`)."""
     params = [p for p in model.parameters() if p.requires_grad]  # .parameters() already removes duplicates (tied E)
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train_cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=train_cfg.learning_rate, betas=(train_cfg.beta1, train_cfg.beta2))
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    return torch.optim.AdamW(groups, lr=train_cfg.learning_rate, betas=(train_cfg.beta1, train_cfg.beta2),
+                             fused=fused)
 
 # %% ../nbs/08_training.ipynb #3f79c171
 @torch.no_grad()
