@@ -5,8 +5,15 @@ each evaluation with the band (the smallest and largest seed) of its preset. Eac
 through `training.train` (the CLI's code path), evaluated every `--eval-interval` steps.
 
     python experiments/reference_curves.py --presets baby-gpt-char --seeds 1337 1 2
+    python experiments/reference_curves.py --presets bpe-gpt2 --seeds 1337 1 2
+    python experiments/reference_curves.py --presets gpu-shakespeare-char-cpu --seeds 1337
 
-A finished (preset, seed) is kept in the JSON and skipped on the next call, so an interrupted sweep continues.
+The names are those of `RUNS`: a preset of `training.PRESETS` and the settings changed from it. Two of them are the
+presets unchanged; "gpu-shakespeare-char-cpu" is the GPU recipe's model and code path at a size two CPU cores
+finish in minutes (see `RUNS`), the stand-in the chapter shows while the book has no GPU to run the recipe itself.
+
+Each entry records the command that made it, its preset, its overrides and its date. A finished (name, seed) is kept
+in the JSON and skipped on the next call, so an interrupted sweep continues.
 """
 from __future__ import annotations
 
@@ -25,10 +32,34 @@ from transformerbook.training import load_dataset, preset_configs, train
 
 NAME = "reference_curves"
 
+# name -> (preset, the settings changed from it). The GPU recipe (6 layers, d_model 384, context 256, batch 64,
+# dropout 0.2, 5,000 steps: about 9e15 FLOPs with its evaluations) is out of reach of two CPU cores, which compute
+# a few hundred of its tokens per second. "gpu-shakespeare-char-cpu" keeps its model, data, optimizer, dropout and
+# code path and shrinks the work about 1,800-fold, to a few minutes on one core: 4 windows per step instead of 64,
+# 60 steps with the warm-up and the cosine compressed into them, evaluations of 4 batches of 4 windows (instead of 200
+# of 64) every 20 steps.
+RUNS = {
+    "baby-gpt-char": ("baby-gpt-char", {}),
+    "bpe-gpt2": ("bpe-gpt2", {}),
+    "gpu-shakespeare-char-cpu": ("gpu-shakespeare-char", dict(batch_size=4, max_iters=60, lr_decay_iters=60,
+                                                              warmup_iters=6, eval_interval=20, eval_iters=4)),
+}
+DEFAULT_EVAL_INTERVAL = 125  # for the runs whose overrides do not set one
 
-def run_one(preset: str, seed: int, eval_interval: int) -> dict:
-    model_cfg, train_cfg = preset_configs(preset, seed=seed, eval_interval=eval_interval)
-    tokenizer = "gpt2" if model_cfg.vocab_size > 256 else "char"
+
+def run_configs(name: str, seed: int, eval_interval: int | None = None) -> tuple:
+    """(model_cfg, train_cfg, tokenizer) of the run `name` of `RUNS` with this seed. `ValueError` for an unknown name.
+    `eval_interval`, when given, replaces the run's own (its overrides', else `DEFAULT_EVAL_INTERVAL`)."""
+    if name not in RUNS: raise ValueError(f"unknown run {name!r}; known: {list(RUNS)}")
+    preset, overrides = RUNS[name]
+    overrides = {"eval_interval": DEFAULT_EVAL_INTERVAL, **overrides, "seed": seed}
+    if eval_interval is not None: overrides["eval_interval"] = eval_interval
+    model_cfg, train_cfg = preset_configs(preset, **overrides)
+    return model_cfg, train_cfg, "gpt2" if model_cfg.vocab_size > 256 else "char"
+
+
+def run_one(name: str, seed: int, eval_interval: int | None = None) -> dict:
+    model_cfg, train_cfg, tokenizer = run_configs(name, seed, eval_interval)
     tok, train_ids, val_ids = load_dataset("tinyshakespeare", tokenizer)
     torch.manual_seed(seed)
     t0 = time.perf_counter()
@@ -46,24 +77,35 @@ def summarise(runs: dict) -> dict:
             "high": [max(c) for c in cols]}
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--presets", nargs="+", default=["baby-gpt-char", "bpe-gpt2", "gpu-shakespeare-char-cpu"])
+    p.add_argument("--presets", nargs="+", default=list(RUNS), choices=list(RUNS), metavar="NAME",
+                   help=f"runs of RUNS: {', '.join(RUNS)} (default all)")
     p.add_argument("--seeds", nargs="+", type=int, default=[1337, 1, 2])
-    p.add_argument("--eval-interval", type=int, default=125)
-    args = p.parse_args(argv)
+    p.add_argument("--eval-interval", type=int, default=None,
+                   help=f"evaluate every N steps (default: the run's own, else {DEFAULT_EVAL_INTERVAL})")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     path = RESULTS_DIR/f"{NAME}.json"
     data = json.loads(path.read_text()) if path.is_file() else {"results": {}}
     torch.set_num_threads(1)
-    for preset in args.presets:
-        entry = data["results"].setdefault(preset, {"runs": {}})
+    command = "python experiments/reference_curves.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    for name in args.presets:
+        preset, overrides = RUNS[name]
+        entry = data["results"].setdefault(name, {"runs": {}})
         for seed in args.seeds:
             if str(seed) in entry["runs"]: continue
-            print(f"{preset} seed {seed} ...", file=sys.stderr, flush=True)
-            entry["runs"][str(seed)] = run_one(preset, seed, args.eval_interval)
-            entry.update(summarise(entry["runs"]), eval_interval=args.eval_interval)
-            seeds = sorted({int(s) for e in data["results"].values() for s in e["runs"]})
-            data.update(command="python experiments/reference_curves.py " + " ".join(sys.argv[1:]), seeds=seeds,
+            print(f"{name} seed {seed} ...", file=sys.stderr, flush=True)
+            entry["runs"][str(seed)] = run_one(name, seed, args.eval_interval)
+            train_cfg = run_configs(name, seed, args.eval_interval)[1]
+            entry.update(summarise(entry["runs"]), eval_interval=train_cfg.eval_interval, preset=preset,
+                         overrides=overrides, command=command, created=datetime.date.today().isoformat())
+            # the file's own command, seeds and date: every entry's command, all seeds, the latest date
+            data.update(command=" ; ".join(dict.fromkeys(e["command"] for e in data["results"].values())),
+                        seeds=sorted({int(s) for e in data["results"].values() for s in e["runs"]}),
                         created=datetime.date.today().isoformat())
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data, indent=1) + "\n")

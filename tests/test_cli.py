@@ -255,3 +255,21 @@ def test_a_shorter_run_is_not_the_preset(tmp_path, monkeypatch):
                          "--no-progress")
     assert status == 0, err
     assert "below the baby-gpt-char reference band" in err and "settings differ" in err
+
+
+def test_the_bpe_preset_is_compared_with_its_measured_band(tmp_path, corpus, monkeypatch):
+    "`--preset bpe-gpt2` looks up the bpe-gpt2 band that experiments/reference_curves.py measured, and finds it."
+    import transformerbook.training as training
+    from transformerbook.data import load_result
+    curves = load_result("reference_curves")["results"]["bpe-gpt2"]
+    assert len(curves["runs"]) >= 3 and curves["steps"][-1] == 600
+    looked_up, real = [], training.reference_band
+    monkeypatch.setattr(training, "reference_band", lambda preset, step: looked_up.append(
+        (preset, step, real(preset, step))) or looked_up[-1][2])
+    status, out, err = run("train", "--preset", "bpe-gpt2", "--data", corpus, "--out", tmp_path/"run",
+                           "--max-iters", 2, *TINY)
+    assert status == 0, err
+    assert [(preset, step) for preset, step, _ in looked_up] == [("bpe-gpt2", 0), ("bpe-gpt2", 2)]
+    band = looked_up[0][2]
+    assert band is not None and band["n_seeds"] >= 3 and band["low"] <= band["median"] <= band["high"]
+    assert band["median"] == pytest.approx(curves["median"][0])

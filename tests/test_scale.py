@@ -200,3 +200,33 @@ def test_throughput_table_is_complete():
     assert any("2 processes" in s for s in settings)
     for row in result["results"]["rows"]:
         assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1
+
+
+def _experiment(name: str):
+    "Import `experiments/<name>.py` (not a package) as a module."
+    import importlib.util
+    path = Path(__file__).parent.parent/"experiments"/f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"experiments_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_default_run_of_the_reference_curves_is_a_known_preset():
+    "Each name the experiment runs by default is a preset of `training.PRESETS` with overrides `TrainConfig` accepts."
+    from transformerbook.training import PRESETS, preset_configs
+    exp = _experiment("reference_curves")
+    defaults = exp.build_parser().get_default("presets")
+    assert defaults == list(exp.RUNS) and "gpu-shakespeare-char-cpu" in defaults
+    for name in defaults:
+        preset, overrides = exp.RUNS[name]
+        assert preset in PRESETS, name
+        model_cfg, train_cfg, tokenizer = exp.run_configs(name, seed=1)
+        assert model_cfg == preset_configs(preset)[0]  # the preset's model, unchanged
+        assert tokenizer == ("gpt2" if preset == "bpe-gpt2" else "char")
+        assert train_cfg.seed == 1 and all(getattr(train_cfg, k) == v for k, v in overrides.items())
+    gpu_model, gpu_train, _ = exp.run_configs("gpu-shakespeare-char-cpu", seed=1337)
+    assert (gpu_model.n_layers, gpu_model.d_model, gpu_model.context_length, gpu_model.dropout) == (6, 384, 256, 0.2)
+    assert gpu_train.max_iters < 5000 and gpu_train.batch_size < 64  # reduced work, same model
+    with pytest.raises(ValueError, match="unknown run 'nope'"):
+        exp.run_configs("nope", seed=1)

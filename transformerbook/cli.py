@@ -29,10 +29,10 @@ from .data import DataUnavailableError, ChecksumError, train_val_split
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, TiktokenGPT2
 from .training import (CHECKPOINT_NAME, DATASETS, DTYPES, PREPARED_META, PRESETS, RESUMABLE,
-                                      CheckpointError, TrainConfig, TrainingDivergedError, bits_per_byte, check_batch_split,
-                                      checkpoint_file, load_checkpoint, load_dataset, load_model, load_prepared,
-                                      outside_reference, prepare_data, preset_configs, resolve_device, resume_config,
-                                      setup_distributed, train)
+                                      CheckpointError, TrainConfig, TrainingDivergedError, bits_per_byte,
+                                      check_batch_split, checkpoint_file, load_checkpoint, load_dataset, load_model,
+                                      load_prepared, outside_reference, prepare_data, preset_configs, resolve_device,
+                                      resume_config, setup_distributed, train)
 
 # %% auto #0
 __all__ = ['MODEL_CARD_NAME', 'build_parser', 'model_card', 'write_model_card', 'main']
@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a GPT, with a progress bar, periodic validation and checkpoints",
                        description="Train a GPT on a text corpus. Defaults: nanoGPT's CPU baby GPT "
                                    "(validation loss about 1.88 on character-level TinyShakespeare). "
-                                   "Data parallel on N processes: torchrun --nproc-per-node N -m transformerbook train ...")
+                                   "Data parallel on N processes: "
+                                   "torchrun --nproc-per-node N -m transformerbook train ...")
     t.add_argument("--data", default="tinyshakespeare",
                    help=f"data set: {', '.join(DATASETS)}, the path of a UTF-8 text file (split 90/10), or a folder "
                         "made by `transformerbook prepare` (read through numpy.memmap, never loaded whole)")
@@ -85,9 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = t.add_argument_group("optimisation")
     for name, typ in _TRAIN_OPTIONS.items():
         note = "; may change when resuming" if name in RESUMABLE else ""
-        default = getattr(train_cfg, name) if name != "lr_decay_iters" else "max_iters of the new run, kept when resuming"
+        default = (getattr(train_cfg, name) if name != "lr_decay_iters"
+                   else "max_iters of the new run, kept when resuming")
         extra = "; the batch of one step is computed in N slices, same gradient" if name == "grad_accum_steps" else ""
-        g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None, help=f"{name} (default {default}{extra}{note})")
+        g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None,
+                       help=f"{name} (default {default}{extra}{note})")
 
     s = sub.add_parser("sample", help="generate text from a checkpoint",
                        description="Print the prompt followed by generated text; the same seed gives the same text.")
@@ -122,8 +125,10 @@ def _load_corpus(data: str, tokenizer: str) -> tuple:
     elif path.is_dir():
         tok, train_ids, val_ids, meta = load_prepared(path)
         if meta["tokenizer"]["kind"] != tokenizer:
-            raise ValueError(f"--data {data} was prepared with --tokenizer {meta['tokenizer']['kind']}, not {tokenizer}")
-        return tok, train_ids, val_ids, (meta["train_bytes"] / meta["train_tokens"], meta["val_bytes"] / meta["val_tokens"])
+            raise ValueError(f"--data {data} was prepared with --tokenizer {meta['tokenizer']['kind']}, "
+                             f"not {tokenizer}")
+        per_token = (meta["train_bytes"] / meta["train_tokens"], meta["val_bytes"] / meta["val_tokens"])
+        return tok, train_ids, val_ids, per_token
     elif path.is_file():
         text = path.read_text(encoding="utf-8")
         if not text: raise ValueError(f"the corpus {path} is empty")

@@ -88,7 +88,7 @@ def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores ove
     return (nll * keep).sum() / keep.sum()  # mean over kept positions (NaN if none is kept, like torch)
 
 # %% ../nbs/08_training.ipynb #7cadf844
-def get_batch(data: Tensor | np.ndarray, # (N,) integer token ids of a whole split: a tensor, or a `numpy.memmap` of a token file
+def get_batch(data: Tensor | np.ndarray, # (N,) integer token ids of a split: a tensor, or a `numpy.memmap` of a token file
               batch_size: int, # B, number of windows
               context_length: int, # T, tokens per window
               generator: torch.Generator | None = None, # source of the random offsets (seeded => reproducible)
@@ -111,7 +111,8 @@ def _window(data, start: int, length: int) -> Tensor:
     kernel maps along) in the process's resident memory, which then creeps up towards the file's size."""
     if isinstance(data, np.memmap) and isinstance(data.filename, str):
         offset = data.offset + start * data.itemsize
-        return torch.from_numpy(np.fromfile(data.filename, dtype=data.dtype, count=length, offset=offset).astype(np.int64))
+        window = np.fromfile(data.filename, dtype=data.dtype, count=length, offset=offset)
+        return torch.from_numpy(window.astype(np.int64))
     w = data[start:start + length]
     return torch.from_numpy(w.astype(np.int64)) if isinstance(w, np.ndarray) else w.long()
 
@@ -120,7 +121,8 @@ def _check_token_ids(data) -> None:
     if isinstance(data, np.ndarray): ok = np.issubdtype(data.dtype, np.integer)
     else: ok = _is_integer_tensor(data)
     if not ok:
-        raise TypeError(f"data must be an integer tensor of token ids, got {getattr(data, 'dtype', type(data).__name__)}")
+        got = getattr(data, 'dtype', type(data).__name__)
+        raise TypeError(f"data must be an integer tensor of token ids, got {got}")
     if data.ndim != 1: raise ValueError(f"data must be 1-D token ids, got shape {tuple(data.shape)}")
 
 # %% ../nbs/08_training.ipynb #ddbcbfc8
@@ -171,7 +173,8 @@ def _read_chunks(fh, limit: list, size: int = 1 << 20):
         chunk = fh.read(size)
         if not chunk: return
         nbytes = len(chunk.encode("utf-8"))
-        if limit[0] is not None and nbytes > limit[0]:  # this chunk crosses the split: keep its head, push back the rest
+        # a chunk that crosses the split: keep its head, push back the rest
+        if limit[0] is not None and nbytes > limit[0]:
             head = chunk.encode("utf-8")[:limit[0]].decode("utf-8", errors="ignore")
             limit.append(chunk[len(head):])  # the carried-over text for the next split
             limit[0] = 0
@@ -334,11 +337,15 @@ def lr_at(step: int, # optimizer step, counting from 0
 # %% ../nbs/08_training.ipynb #d29a2d7a
 def configure_optimizer(model: nn.Module, train_cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on every parameter with dim >= 2 (weight matrices and embedding tables, as nanoGPT)
-    and none on biases and LayerNorm gains (dim 1). A tied matrix is one parameter and appears once."""
+    and none on biases and LayerNorm gains (dim 1). A tied matrix is one parameter and appears once. On CPU and CUDA
+    it runs torch's fused AdamW kernel (`fused=True`: one pass over all parameters, the same update rule; on a CPU
+    about four times faster than the default loop over parameters, `bench/README.md`)."""
     params = [p for p in model.parameters() if p.requires_grad]  # .parameters() already removes duplicates (tied E)
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train_cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=train_cfg.learning_rate, betas=(train_cfg.beta1, train_cfg.beta2))
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    return torch.optim.AdamW(groups, lr=train_cfg.learning_rate, betas=(train_cfg.beta1, train_cfg.beta2),
+                             fused=fused)
 
 # %% ../nbs/08_training.ipynb #3f79c171
 @torch.no_grad()
@@ -427,7 +434,7 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
                     train_config: TrainConfig | None = None,
                     tokenizer=None, # anything with `to_dict()` (CharTokenizer, TiktokenGPT2)
                     history: TrainHistory | None = None,
-                    generator: torch.Generator | None = None, # the batch sampler, so a resumed run draws the same batches
+                    generator: torch.Generator | None = None, # the batch sampler: a resumed run draws the same batches
                     scaler: torch.amp.GradScaler | None = None, # float16 training's loss scale (08b)
                     rank_rng: list | None = None, # under data parallelism, every rank's torch RNG state (dropout)
                    ) -> Path:
@@ -520,7 +527,8 @@ def resume_config(saved: dict, # the checkpoint's `train_config`
     changes = {k: v for k, v in changes.items() if not (k == "lr_decay_iters" and v is None)}
     diff = {k: (old.get(k), v) for k, v in changes.items() if k not in RESUMABLE and old.get(k) != v}
     if diff:
-        raise CheckpointError(f"cannot resume from {source}: training settings differ ({{field: (checkpoint, this run)}} "
+        raise CheckpointError(f"cannot resume from {source}: training settings differ "
+                              f"({{field: (checkpoint, this run)}} "
                               f"= {diff}); only {list(RESUMABLE)} may change")
     return TrainConfig.from_dict({**old, **changes})
 
