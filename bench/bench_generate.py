@@ -62,7 +62,7 @@ def build_models(kind: str, seed: int = 0) -> tuple[torch.nn.Module, GPT, GPT]:
 
 def kv_bytes_check(model: GPT) -> str:
     "KV-cache bytes per token measured on the model after 16 tokens, against the formula."
-    from transformerbook.multihead import KVCache
+    from transformerbook.sampling import KVCache
     cache = KVCache(model.config.n_layers)
     with torch.no_grad(): model(torch.zeros(1, 16, dtype=torch.long), kv_cache=cache)
     measured, formula = cache.n_bytes // 16, kv_cache_bytes(model.config, 1)

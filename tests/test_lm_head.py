@@ -14,7 +14,7 @@ from transformers.utils import logging as hf_logging
 
 from transformerbook.lm_head import GPT, GPTConfig, approx_non_embedding_params, logit_lens
 from transformerbook.masking import make_padding_mask
-from transformerbook.multihead import KVCache
+from transformerbook.sampling import KVCache
 from transformerbook.pretrained import load_hf_state_dict
 
 hf_logging.set_verbosity_error()
