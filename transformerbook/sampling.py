@@ -270,7 +270,7 @@ def _as_left_padded(token_ids, # list of ids, list of lists, (T,) or (B, T) inte
 
 # %% ../nbs/07_sampling.ipynb #cca6bc3d
 @torch.no_grad()
-def generate(model: nn.Module, # a `GPT` (anything with its `config` and its `forward` arguments)
+def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_stream` and `lm_head`)
              token_ids, # one prompt (list of ids or (T,) tensor), a list of prompts, or a left-padded (B, T) int tensor
              max_new_tokens: int, # number of tokens to add, >= 0
              temperature: float = 1.0, # τ; 0 = greedy decoding (argmax, J&M eq. 10.46), > 0 = sampling (eq. 10.49)
@@ -322,8 +322,9 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config` and its `fo
                 x, m = ids[:, max(0, N - C):N], mask[:, max(0, N - C):N]  # (B, min(N, C))
                 pos = positions[:, :N] if N <= C else _position_ids(m)  # past the window, count from its start
                 cache = KVCache(cfg.n_layers, max_length=min(P + max_new_tokens - 1, C)) if use_kv_cache else None
-            logits = model(x, padding_mask=m if padded else None, position_ids=pos, kv_cache=cache,
-                           validate=False)[:, -1]  # (B, V); the inputs were checked above
+            h = model.residual_stream(x, padding_mask=m if padded else None, position_ids=pos, kv_cache=cache,
+                                      validate=False)[-1][:, -1]  # (B, D): the last position; inputs checked above
+            logits = model.lm_head(h)  # (B, V): the unembedding, V·D multiply-adds, for the one position we sample
             if temperature == 0:
                 next_ids = logits.argmax(-1)  # (B,) greedy, J&M eq. 10.46
             else:
