@@ -36,7 +36,8 @@ POSITIONALS = ("learned", "sinusoidal", "rotary")  # where positions enter: adde
 class GPTConfig:
     """Hyper-parameters of a decoder-only transformer; the defaults are GPT-2 small's, and the switches after
     `fused` (normalization, n_kv_heads, d_head, qk_norm, rope_theta, rope_scaling), with positional="rotary" and
-    activation="swiglu", turn it into a Llama- or Qwen3-style model (chapter 12). Validated on creation (`ValueError`)."""
+    activation="swiglu", turn it into a Llama- or Qwen3-style model (chapter 12). Validated on creation
+    (`ValueError`)."""
     vocab_size: int = 50257  # V: GPT-2's 50,000 merges + 256 bytes + <|endoftext|>
     context_length: int = 1024  # maximum sequence length T
     d_model: int = 768  # D, width of the residual stream
@@ -270,7 +271,7 @@ def approx_non_embedding_params(n_layers: int, # number of transformer blocks
 def logit_lens(model: GPT, # any GPT; a post-norm model has no ln_f (identity)
                token_ids: Tensor, # (B, T) int64
                padding_mask: Tensor | None = None, # (B, T) bool, True = real token
-              ) -> Tensor: # (n_layers + 1, B, T, V) logits; entry l reads the stream after l blocks, the last is the model's own
+              ) -> Tensor: # (n_layers + 1, B, T, V) logits: entry l after l blocks; the last is the model's own
     """Logits read from the residual stream after every block: lm_head(ln_f(h_l)) (the logit lens, J&M 10.6).
 
     Runs the model in eval mode (no dropout, so the result is deterministic) and restores its mode afterwards.

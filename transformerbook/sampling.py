@@ -93,7 +93,8 @@ def top_p_filter(logits: Tensor, # (..., V) float
                  p: float, # probability mass of the nucleus, 0 < p <= 1; 1 keeps every token
                 ) -> Tensor: # (..., V): logits of the nucleus, -inf elsewhere
     """Keep the smallest set of most probable tokens whose probability reaches p (J&M eq. 10.47; Holtzman et al.
-    2020), computed as Hugging Face's `TopPLogitsWarper` (min_tokens_to_keep=1). Raises `ValueError` unless 0 < p <= 1."""
+    2020), computed as Hugging Face's `TopPLogitsWarper` (min_tokens_to_keep=1). Raises `ValueError` unless
+    0 < p <= 1."""
     _check_top_p(p)
     sorted_logits, order = torch.sort(logits, dim=-1, descending=False)  # least probable first
     mass_up_to = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # (..., V): 1 - (mass before the token)
@@ -108,7 +109,7 @@ def warp_logits(logits: Tensor, # (..., V) float
                 top_k: int | None = None, # keep the k most probable tokens; None = no limit
                 top_p: float | None = None, # keep the nucleus of mass p; None = no limit
                ) -> Tensor: # (..., V) reshaped logits, -inf for removed tokens
-    "Temperature, then top-k, then top-p (the order of Hugging Face's `generate`); the sampler draws from softmax of the result."
+    "Temperature, then top-k, then top-p (Hugging Face's order); the sampler draws from the softmax of the result."
     logits = apply_temperature(logits, temperature)
     if top_k is not None: logits = top_k_filter(logits, top_k)
     if top_p is not None: logits = top_p_filter(logits, top_p)
@@ -152,7 +153,8 @@ class LayerKVCache:
         """Write k and v after the cached positions and return views of every cached key and value.
 
         Raises `TypeError` if k or v is not a tensor, and `ValueError` naming the shapes if they are not 4-D, differ
-        from each other, or do not match the cache's (B, H, ·, Dh), dtype or device; the cache is then left unchanged."""
+        from each other, or do not match the cache's (B, H, ·, Dh), dtype or device; the cache is then left
+        unchanged."""
         _check_kv_update(self._k, self.length, k, v)  # before anything is written
         start, end = self.length, self.length + k.shape[2]
         if end > self.capacity: self._grow(k, end)
@@ -191,7 +193,8 @@ def _check_kv_update(buffer: Tensor | None, # a LayerKVCache's (B, H, capacity, 
 # %% ../nbs/07_sampling.ipynb #kvcode06
 class KVCache:
     """One `LayerKVCache` per transformer layer, the `kv_cache` a `GPT` fills; `len(cache)` is the number of cached
-    positions. `max_length` reserves that many positions in every layer (`generate` reserves all its loop will cache)."""
+    positions. `max_length` reserves that many positions in every layer (`generate` reserves what its loop will
+    cache)."""
     def __init__(self, n_layers: int, # one cache per block
                  max_length: int | None = None, # positions to reserve per layer; None = grow as needed
                 ):
@@ -218,7 +221,8 @@ def kv_cache_bytes(config, # a `GPTConfig` (uses n_layers, n_kv_heads and d_head
                    dtype: torch.dtype = torch.float32, # element type of the cached keys and values
                   ) -> int: # bytes
     """Memory of a full KV cache: 2 · n_layers · B · T · n_kv_heads · d_head · bytes per element (keys and values of
-    every layer); = 2 · n_layers · B · T · d_model for multi-head attention, n_heads / n_kv_heads times less with GQA."""
+    every layer); = 2 · n_layers · B · T · d_model for multi-head attention, n_heads / n_kv_heads times less with
+    GQA."""
     for name, n in (("n_tokens", n_tokens), ("batch_size", batch_size)):
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise ValueError(f"{name}={n!r} must be an int >= 0")
@@ -458,7 +462,7 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
                 length_penalty: float = 1.0, # α: a finished hypothesis scores (sum of log P) / n^α, n = its new tokens
                 eos_token_id: int | None = None, # a beam that emits it is finished
                 early_stopping: bool | str = False, # False (heuristic), True (stop at K finished) or "never"
-                generator: torch.Generator | None = None, # draw the candidates instead of taking the best (stochastic beam)
+                generator: torch.Generator | None = None, # draw the candidates, not the best (stochastic beam)
                ) -> tuple[Tensor, float]: # (P + n,) int64 prompt and continuation, and its score_α (nats per token^α)
     """Beam search with a length penalty, step for step as Hugging Face's `generate(num_beams=K, do_sample=False)`
     (with a `generator`: as `do_sample=True`, drawing the 2K candidates without replacement).
@@ -482,7 +486,8 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
             scores = (beam_scores[:, None] + log_probs).flatten()  # (K·V,) score of every one-token extension
             if generator is None: cand_scores, cand = torch.topk(scores, 2 * K)  # (2K,) best first
             else:
-                cand = torch.multinomial(scores.softmax(-1), 2 * K, generator=generator)  # (2K,) drawn without replacement
+                # (2K,) drawn without replacement
+                cand = torch.multinomial(scores.softmax(-1), 2 * K, generator=generator)
                 cand_scores = scores[cand]
             seqs = torch.cat([beams[cand // V], (cand % V)[:, None]], dim=1)  # (2K, P + n): beam + its new token
             ends = torch.full((2 * K,), n == max_new_tokens, device=device)  # (2K,) bool
