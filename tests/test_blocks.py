@@ -11,7 +11,7 @@ from torch import nn
 
 from transformerbook.blocks import ACTIVATIONS, FeedForward, LayerNorm, TransformerBlock
 from transformerbook.masking import causal_mask, combine_masks, make_padding_mask
-from transformerbook.multihead import LayerKVCache
+from transformerbook.sampling import LayerKVCache
 
 
 

@@ -14,8 +14,8 @@ from transformers.utils import logging as hf_logging
 
 from transformerbook.lm_head import GPT, GPTConfig, approx_non_embedding_params, logit_lens
 from transformerbook.masking import make_padding_mask
-from transformerbook.multihead import KVCache
 from transformerbook.pretrained import config_from_hf, from_pretrained, load_hf_state_dict
+from transformerbook.sampling import KVCache
 
 hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()

@@ -25,9 +25,9 @@ from transformerbook.data import load_result
 from transformerbook.embeddings import RotaryEmbedding, apply_rotary, rotary_frequencies
 from transformerbook.lm_head import GPT, GPTConfig, gpt2_init
 from transformerbook.modern import config_from_llama, from_pretrained_llama, load_llama_state_dict
-from transformerbook.multihead import KVCache, LayerKVCache, MultiHeadAttention
+from transformerbook.multihead import MultiHeadAttention
 from transformerbook.masking import causal_mask
-from transformerbook.sampling import generate, kv_cache_bytes
+from transformerbook.sampling import KVCache, LayerKVCache, generate, kv_cache_bytes
 
 hf_logging.set_verbosity_error()
 ROOT = Path(__file__).resolve().parents[1]

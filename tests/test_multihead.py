@@ -8,7 +8,7 @@ from torch import nn
 
 from transformerbook.attention import scaled_dot_product_attention
 from transformerbook.masking import causal_mask, combine_masks, make_padding_mask
-from transformerbook.multihead import KVCache, LayerKVCache, MultiHeadAttention
+from transformerbook.multihead import MultiHeadAttention
 
 SHAPES = [(8, 1, 1, 1), (8, 2, 5, 2), (12, 3, 7, 3), (16, 4, 6, 2), (32, 8, 9, 1), (24, 6, 4, 3)]  # (D, H, T, B)
 
@@ -114,29 +114,6 @@ def test_split_merge_roundtrip_and_head_slices(D, H, T, B):
         torch.testing.assert_close(s[:, i], x[..., i * mha.d_head:(i + 1) * mha.d_head])
 
 
-@pytest.mark.parametrize("D,H,T,B", SHAPES)
-def test_kv_cache_equals_full_pass(D, H, T, B):
-    mha = seeded_mha(D, H, seed=5)
-    x = torch.randn(B, T, D)
-    full = mha(x, mask=causal_mask(T))
-    cache = LayerKVCache()
-    first = max(1, T // 2)  # a prompt of several tokens, then one token at a time
-    outs = [mha(x[:, :first], mask=causal_mask(first), layer_cache=cache)]
-    outs += [mha(x[:, t:t + 1], mask=causal_mask(1, t + 1), layer_cache=cache) for t in range(first, T)]
-    torch.testing.assert_close(torch.cat(outs, 1), full)
-    assert len(cache) == T
-
-
-def test_kv_cache_counts_bytes():
-    mha = MultiHeadAttention(16, 4)
-    kv = KVCache(2)
-    x = torch.randn(3, 4, 16)
-    for layer in range(2):
-        mha(x, mask=causal_mask(4), layer_cache=kv[layer])
-    assert len(kv) == 4
-    assert kv.n_bytes == 2 * 2 * 3 * 4 * 16 * 4  # (k, v) x layers x B x S x D x 4 bytes
-
-
 @settings(max_examples=40, deadline=None)
 @given(T=st.integers(1, 10), t=st.integers(0, 9), heads=st.sampled_from([1, 2, 4]), seed=st.integers(0, 2**16))
 def test_multihead_causality(T, t, heads, seed):
@@ -195,57 +172,3 @@ def test_bad_forward_input(fused, make_call, error, text):
     with pytest.raises(error) as err:
         make_call(mha, torch.randn(2, 5, 16))
     assert text in str(err.value)
-
-
-def test_bad_mask_with_cache_leaves_cache_unchanged():
-    mha = MultiHeadAttention(16, 4)
-    cache = LayerKVCache()
-    mha(torch.randn(1, 3, 16), mask=causal_mask(3), layer_cache=cache)
-    with pytest.raises(ValueError, match="does not broadcast"):
-        mha(torch.randn(1, 1, 16), mask=causal_mask(1, 3), layer_cache=cache)  # should be causal_mask(1, 4)
-    assert len(cache) == 3
-
-
-def test_kv_cache_rejects_zero_layers():
-    with pytest.raises(ValueError, match="n_layers=0"):
-        KVCache(0)
-
-
-# ---------------------------------------------------------------- KV-cache validation
-
-@pytest.mark.parametrize("new_shape,dtype,text", [
-    ((1, 4, 1, 4), torch.float32, "new keys are (1, 4, 1, 4)"),  # another batch size
-    ((2, 2, 1, 8), torch.float32, "new keys are (2, 2, 1, 8)"),  # another number of heads
-    ((2, 4, 1, 8), torch.float32, "new keys are (2, 4, 1, 8)"),  # another d_head
-    ((2, 4, 1, 4), torch.float64, "torch.float64"),  # another dtype
-])
-def test_layer_cache_rejects_mismatched_keys_and_stays_unchanged(new_shape, dtype, text):
-    cache = LayerKVCache()
-    k0 = torch.randn(2, 4, 3, 4)
-    cache.update(k0, k0 + 1)
-    with pytest.raises(ValueError, match="cache holds \\(B, H, S, Dh\\) = \\(2, 4, 3, 4\\)") as err:
-        cache.update(torch.zeros(new_shape, dtype=dtype), torch.zeros(new_shape, dtype=dtype))
-    assert text in str(err.value)
-    assert len(cache) == 3 and torch.equal(cache.k, k0) and torch.equal(cache.v, k0 + 1)
-
-
-def test_layer_cache_rejects_bad_k_v_pairs():
-    cache = LayerKVCache()
-    with pytest.raises(TypeError, match="k must be a torch.Tensor.*got list"):
-        cache.update([[0.0]], torch.zeros(1, 1, 1, 1))
-    with pytest.raises(ValueError, match="k and v must both be"):
-        cache.update(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 3, 4))
-    with pytest.raises(ValueError, match="k and v must both be"):
-        cache.update(torch.zeros(1, 2, 4), torch.zeros(1, 2, 4))  # 3-D: no head axis
-    assert len(cache) == 0
-
-
-def test_mha_with_cache_of_another_batch_names_shapes():
-    mha = MultiHeadAttention(16, 4)
-    cache = LayerKVCache()
-    mha(torch.randn(2, 3, 16), layer_cache=cache)
-    with pytest.raises(ValueError, match=r"\(2, 4, 3, 4\).*new keys are \(1, 4, 1, 4\)"):
-        mha(torch.randn(1, 1, 16), layer_cache=cache)
-    with pytest.raises(ValueError, match=r"new keys are \(2, 2, 1, 8\)"):
-        MultiHeadAttention(16, 2)(torch.randn(2, 1, 16), layer_cache=cache)  # a cache filled by another layer shape
-    assert len(cache) == 3

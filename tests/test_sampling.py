@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from transformerbook.lm_head import GPT, GPTConfig
-from transformerbook.multihead import KVCache
 from transformerbook.pretrained import config_from_hf, load_hf_state_dict
-from transformerbook.sampling import (apply_temperature, generate, kv_cache_bytes, perplexity, repeated_ngram_fraction,
-                                      sample_from_logits, score_continuations, top_k_filter, top_p_filter, warp_logits)
+from transformerbook.sampling import (KVCache, apply_temperature, generate, kv_cache_bytes, perplexity,
+                                      repeated_ngram_fraction, sample_from_logits, score_continuations, top_k_filter,
+                                      top_p_filter, warp_logits)
 from transformerbook.tokenization import CharTokenizer
 
 

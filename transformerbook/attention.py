@@ -27,12 +27,13 @@ __all__ = ['attention_weights', 'scaled_dot_product_attention']
 def attention_weights(q: Tensor, # (..., T, d_k) float queries
                       k: Tensor, # (..., S, d_k) float keys, same dtype as q
                       mask: Tensor | None = None, # bool, broadcastable to (..., T, S); True = may attend
+                      validate: bool = True, # False skips the checks (for a caller that already made them)
                      ) -> Tensor: # (..., T, S) weights; each row sums to 1 (or is all 0 if fully masked)
     """Softmax of the scaled scores q·kᵀ/√d_k, row by row (J&M eqs. 10.12-10.14, 10.16).
 
     Masked-out positions get weight 0. A query row with no allowed key gets all-zero weights, never NaN.
     Raises `TypeError`/`ValueError` naming the bad argument."""
-    check_attention_inputs(q, k, mask=mask)
+    if validate: check_attention_inputs(q, k, mask=mask)
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
     if mask is None:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .multihead import LayerKVCache, MultiHeadAttention
+from .multihead import MultiHeadAttention
 from .validation import check_choice, check_input_dtype, check_positive_int, check_positive_ints
 
 # %% auto #0
@@ -214,7 +214,7 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, # (B, T, D) the residual stream
                 mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
-                layer_cache: LayerKVCache | None = None, # this layer's KV cache
+                layer_cache=None, # this layer's KV cache (`update(k, v) -> (k_all, v_all)`, chapter 7)
                 rotate=None, # (q, k) -> (q, k) applied inside attention (rotary positions), or None
                 validate_mask: bool = True, # False when the caller has checked the mask once for all layers
                ) -> Tensor: # (B, T, D)

@@ -74,9 +74,13 @@ class Embeddings(nn.Module):
 
     def forward(self, token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
                 position_ids: Tensor | None = None, # (B, T) or (T,) int64 in [0, context_length); default 0..T-1
+                validate: bool = True, # False skips the checks, for a caller that made them (a GPT in `generate`)
                ) -> Tensor: # (B, T, D)
         "(B, T) ids -> (B, T, D): E[token_ids] + P[position_ids] (notes eq. 19.10), then dropout."
-        position_ids = _check_embedding_inputs(token_ids, position_ids, self.vocab_size, self.context_length)
+        if validate:
+            position_ids = _check_embedding_inputs(token_ids, position_ids, self.vocab_size, self.context_length)
+        elif position_ids is None:
+            position_ids = torch.arange(token_ids.shape[1], device=token_ids.device)  # (T,)
         if self.positional == "rotary": return self.dropout(self.token(token_ids))  # positions rotate q and k instead
         pos = self.position(position_ids) if self.positional == "learned" else self.position_table[position_ids]
         return self.dropout(self.token(token_ids) + pos)  # (B, T, D) + (B|1, T, D)
@@ -178,9 +182,15 @@ class RotaryEmbedding(nn.Module):
         if position_ids.numel() and (position_ids.min() < 0 or position_ids.max() >= self.context_length):
             raise ValueError(f"position {position_ids.max().item()} is beyond the rotary table's "
                              f"context_length={self.context_length}: crop the sequence or build a longer table")
-        cos, sin = self.cos[position_ids].to(q.dtype), self.sin[position_ids].to(q.dtype)  # (T, Dh) or (B, T, Dh)
+        cos, sin = self.cos_sin(position_ids)
+        return apply_rotary(q, cos.to(q.dtype), sin.to(q.dtype)), apply_rotary(k, cos.to(k.dtype), sin.to(k.dtype))
+
+    def cos_sin(self, position_ids: Tensor, # (T,) or (B, T) int64 in [0, context_length), not checked here
+               ) -> tuple[Tensor, Tensor]: # float32 cos and sin, (T, Dh) or (B, 1, T, Dh): the same for every head
+        "The table rows of `position_ids`; a model looks them up once per call and rotates every layer with them."
+        cos, sin = self.cos[position_ids], self.sin[position_ids]  # (T, Dh) or (B, T, Dh)
         if cos.dim() == 3: cos, sin = cos[:, None], sin[:, None]  # (B, T, Dh) -> (B, 1, T, Dh): same for every head
-        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return cos, sin
 
 # %% ../nbs/05_embeddings.ipynb #ed249df0
 def cosine_similarity(u: Tensor, # (..., D)

@@ -23,9 +23,8 @@ import torch
 from torch import Tensor, nn
 
 from .blocks import MLP_ACTIVATIONS, NORMS, TransformerBlock, make_norm
-from .embeddings import Embeddings, RotaryEmbedding
+from .embeddings import Embeddings, RotaryEmbedding, apply_rotary
 from .masking import causal_mask, combine_masks
-from .multihead import KVCache
 from .validation import (check_choice, check_in_interval, check_positive_int, check_positive_ints,
                                         check_positive_number)
 
@@ -39,7 +38,8 @@ POSITIONALS = ("learned", "sinusoidal", "rotary")  # where positions enter: adde
 class GPTConfig:
     """Hyper-parameters of a decoder-only transformer; the defaults are GPT-2 small's, and the switches after
     `fused` (normalization, n_kv_heads, d_head, qk_norm, rope_theta, rope_scaling), with positional="rotary" and
-    activation="swiglu", turn it into a Llama- or Qwen3-style model (chapter 12). Validated on creation (`ValueError`)."""
+    activation="swiglu", turn it into a Llama- or Qwen3-style model (chapter 12). Validated on creation
+    (`ValueError`)."""
     vocab_size: int = 50257  # V: GPT-2's 50,000 merges + 256 bytes + <|endoftext|>
     context_length: int = 1024  # maximum sequence length T
     d_model: int = 768  # D, width of the residual stream
@@ -159,27 +159,34 @@ class GPT(nn.Module):
                         token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
                         padding_mask: Tensor | None = None, # (B, S) bool, True = real token; S = cached + T
                         position_ids: Tensor | None = None, # (B, T) int64; default: cached length + 0..T-1
-                        kv_cache: KVCache | None = None, # filled in place with every layer's keys and values
-                       ) -> list[Tensor]: # n_layers + 1 tensors (B, T, D): the stream before each block and after the last
+                        kv_cache=None, # per-layer caches `kv_cache.layers` (chapter 7's `KVCache`), filled in place
+                        validate: bool = True, # False skips the checks below (for a caller that made them once)
+                       ) -> list[Tensor]: # n_layers + 1 tensors (B, T, D): before each block, and after the last
         """The residual stream (J&M 10.4) at every layer boundary; the last entry is after the final norm. The
-        attention mask is built and checked here, once, for all layers.
+        attention mask is built and checked here, and rotary angles are looked up here, once for all layers.
 
         Raises `ValueError` for token ids outside [0, vocab_size), more than context_length positions (cached + new)
         without explicit `position_ids`, a token_ids, padding mask or position_ids of the wrong shape, or a cache with
         the wrong number of layers or another batch size; `TypeError` for token_ids or position_ids that are not
         integer tensors and for a non-bool padding mask."""
-        B, T, past = self._check_inputs(token_ids, padding_mask, position_ids, kv_cache)
+        if validate: B, T, past = self._check_inputs(token_ids, padding_mask, position_ids, kv_cache)
+        else: (B, T), past = token_ids.shape, 0 if kv_cache is None else len(kv_cache)
         if position_ids is None:
             position_ids = torch.arange(past, past + T, device=token_ids.device)  # (T,)
         if T == 1 and padding_mask is None:  # one new token may attend to every position so far: nothing to mask
             mask = None
         else:
-            mask = combine_masks(causal_mask(T, past + T, device=token_ids.device), padding_mask)  # (T, S) or (B, 1, T, S)
-        x = self.embeddings(token_ids, position_ids)  # (B, T, D); checks the ids and positions
-        rotate = None if self.rotary is None else (lambda q, k: self.rotary(q, k, position_ids))
+            # (T, S) or (B, 1, T, S)
+            mask = combine_masks(causal_mask(T, past + T, device=token_ids.device), padding_mask)
+        x = self.embeddings(token_ids, position_ids, validate=validate)  # (B, T, D); checks the ids and positions
+        rotate = None
+        if self.rotary is not None:  # the angles of these positions, shared by every layer: (T, Dh) or (B, 1, T, Dh)
+            cos, sin = self.rotary.cos_sin(position_ids)
+            rotate = lambda q, k: (apply_rotary(q, cos.to(q.dtype), sin.to(q.dtype)),
+                                   apply_rotary(k, cos.to(k.dtype), sin.to(k.dtype)))
         states = [x]
         for i, block in enumerate(self.blocks):
-            x = block(x, mask=mask, layer_cache=None if kv_cache is None else kv_cache[i], rotate=rotate,
+            x = block(x, mask=mask, layer_cache=None if kv_cache is None else kv_cache.layers[i], rotate=rotate,
                       validate_mask=False)  # (B, T, D); the mask was built and checked above
             states.append(x)
         states[-1] = self.ln_f(x)
@@ -194,11 +201,12 @@ class GPT(nn.Module):
             raise ValueError(f"token_ids must be a (B, T) tensor, got shape {tuple(token_ids.shape)}")
         B, T = token_ids.shape
         if kv_cache is not None and len(kv_cache.layers) != self.config.n_layers:
-            raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers but the model has n_layers={self.config.n_layers}")
+            raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers but the model has "
+                             f"n_layers={self.config.n_layers}")
         past = 0 if kv_cache is None else len(kv_cache)
-        if past and kv_cache[0].k.shape[0] != B:
-            raise ValueError(f"kv_cache holds a batch of B={kv_cache[0].k.shape[0]} sequences but token_ids has B={B}: "
-                             f"start a new KVCache for a new batch")
+        if past and kv_cache.layers[0].k.shape[0] != B:
+            raise ValueError(f"kv_cache holds a batch of B={kv_cache.layers[0].k.shape[0]} sequences but token_ids has "
+                             f"B={B}: start a new KVCache for a new batch")
         if past + T > self.config.context_length and position_ids is None:
             raise ValueError(f"sequence length {past + T} (cached {past} + new {T}) exceeds context_length="
                              f"{self.config.context_length}: crop to the last {self.config.context_length} tokens")
@@ -211,12 +219,13 @@ class GPT(nn.Module):
                 token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
                 padding_mask: Tensor | None = None, # (B, S) bool, True = real token; S = cached + T
                 position_ids: Tensor | None = None, # (B, T) int64; default: cached length + 0..T-1
-                kv_cache: KVCache | None = None, # filled in place with every layer's keys and values
+                kv_cache=None, # per-layer caches `kv_cache.layers` (chapter 7's `KVCache`), filled in place
+                validate: bool = True, # False skips the argument checks (for a caller that made them once)
                ) -> Tensor: # (B, T, vocab_size) logits u (J&M eq. 10.44)
         """Logits u = lm_head(h_L) at every position, = h_L Eᵀ with tied weights (J&M eq. 10.44); raises
         `TypeError`/`ValueError` as `residual_stream` does (bad token_ids, padding_mask, position_ids or kv_cache)."""
         # (B, T, D) -> (B, T, V)
-        return self.lm_head(self.residual_stream(token_ids, padding_mask, position_ids, kv_cache)[-1])
+        return self.lm_head(self.residual_stream(token_ids, padding_mask, position_ids, kv_cache, validate)[-1])
 
     def n_params(self, non_embedding: bool = False) -> int:
         """Number of distinct parameters (a tied matrix counts once). `non_embedding=True` drops the token and
@@ -240,7 +249,7 @@ def approx_non_embedding_params(n_layers: int, # number of transformer blocks
 def logit_lens(model: GPT, # any GPT; a post-norm model has no ln_f (identity)
                token_ids: Tensor, # (B, T) int64
                padding_mask: Tensor | None = None, # (B, T) bool, True = real token
-              ) -> Tensor: # (n_layers + 1, B, T, V) logits; entry l reads the stream after l blocks, the last is the model's own
+              ) -> Tensor: # (n_layers + 1, B, T, V) logits: entry l after l blocks; the last is the model's own
     """Logits read from the residual stream after every block: lm_head(ln_f(h_l)) (the logit lens, J&M 10.6).
 
     Runs the model in eval mode (no dropout, so the result is deterministic) and restores its mode afterwards.

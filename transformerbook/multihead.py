@@ -3,9 +3,10 @@
 **In the package** (`transformerbook.multihead`): `MultiHeadAttention(d_model, n_heads)` maps (B, T, d_model) to
 (B, T, d_model) with n_heads heads of size d_head = d_model // n_heads; `fused=True` calls torch's fused attention
 kernel instead of the book's code; `n_kv_heads` < n_heads shares each key/value head among several query heads
-(grouped-query attention) and `qk_norm=True` RMS-normalises each head's queries and keys. For generation, a `KVCache`
-holds one `LayerKVCache` per layer: the keys and values of every position seen so far, shape (B, n_kv_heads, S,
-d_head), extended by each new step.
+(grouped-query attention) and `qk_norm=True` RMS-normalises each head's queries and keys. For generation, `forward`
+takes a `layer_cache`: any per-layer cache with `update(k, v) -> (k_all, v_all)`, which appends the new positions' keys
+and values, (B, n_kv_heads, T, d_head), and returns all the cached ones, (B, n_kv_heads, S, d_head) (chapter 7's
+`sampling.LayerKVCache`).
 
 Docs: https://transformerbook.github.io/transformerbook/multihead.html.md"""
 
@@ -24,61 +25,17 @@ from .attention import attention_weights
 from .validation import check_input_dtype, check_mask, check_positive_ints
 
 # %% auto #0
-__all__ = ['LayerKVCache', 'KVCache', 'MultiHeadAttention']
+__all__ = ['MultiHeadAttention']
 
 # %% ../nbs/03_multihead.ipynb #5e13388e
-class LayerKVCache:
-    """Keys and values of one attention layer, appended to as generation proceeds (CS182 KV-cache slides).
+_MOVED = {"KVCache": "transformerbook.sampling", "LayerKVCache": "transformerbook.sampling"}  # taught with generation
 
-    `update(k, v)` appends the new positions' (B, H, T, Dh) keys and values and returns all cached ones,
-    (B, H, S, Dh) with S = previous length + T."""
-    def __init__(self):
-        self.k: Tensor | None = None  # (B, H, S, Dh)
-        self.v: Tensor | None = None  # (B, H, S, Dh)
-
-    def __len__(self) -> int:
-        return 0 if self.k is None else self.k.shape[-2]
-
-    def update(self,
-               k: Tensor, # (B, H, T, Dh) keys of the T new positions
-               v: Tensor, # (B, H, T, Dh) their values
-              ) -> tuple[Tensor, Tensor]: # all cached keys and values, each (B, H, S, Dh) with S = previous length + T
-        """Append k and v along the position axis and return every cached key and value (CS182 KV-cache slides).
-
-        Raises `TypeError` if k or v is not a tensor, and `ValueError` naming the shapes if they are not 4-D, differ
-        from each other, or do not match the cache's (B, H, ·, Dh), dtype or device; the cache is then left unchanged."""
-        for name, t in (("k", k), ("v", v)):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor of shape (B, H, T, Dh), got {type(t).__name__}")
-        if k.dim() != 4 or k.shape != v.shape or k.dtype != v.dtype or k.device != v.device:
-            raise ValueError(f"k and v must both be (B, H, T, Dh) with one dtype and device, got k {tuple(k.shape)} "
-                             f"{k.dtype} on {k.device} and v {tuple(v.shape)} {v.dtype} on {v.device}")
-        if self.k is not None:
-            B, H, S, Dh = self.k.shape
-            if (k.shape[0], k.shape[1], k.shape[3]) != (B, H, Dh) or k.dtype != self.k.dtype or k.device != self.k.device:
-                raise ValueError(f"the cache holds (B, H, S, Dh) = {(B, H, S, Dh)} {self.k.dtype} on {self.k.device}, but "
-                                 f"the new keys are {tuple(k.shape)} {k.dtype} on {k.device}: B, H, Dh, dtype and device "
-                                 f"must match (start a new cache for a different batch or model)")
-        if self.k is None:
-            self.k, self.v = k, v
-        else:
-            self.k = torch.cat([self.k, k], dim=-2)  # (B, H, S, Dh) + (B, H, T, Dh) -> (B, H, S+T, Dh)
-            self.v = torch.cat([self.v, v], dim=-2)
-        return self.k, self.v
-
-class KVCache:
-    "One `LayerKVCache` per transformer layer; `len(cache)` is the number of cached positions."
-    def __init__(self, n_layers: int):
-        if n_layers < 1: raise ValueError(f"n_layers={n_layers} must be >= 1")
-        self.layers = [LayerKVCache() for _ in range(n_layers)]
-
-    def __getitem__(self, i: int) -> LayerKVCache: return self.layers[i]
-    def __len__(self) -> int: return len(self.layers[0])
-
-    @property
-    def n_bytes(self) -> int:
-        "Memory held by the cached tensors, in bytes (2 · n_layers · B · S · n_kv_heads · d_head · bytes per element)."
-        return sum(t.numel() * t.element_size() for l in self.layers for t in (l.k, l.v) if t is not None)
+def __getattr__(name: str):
+    "An `ImportError` naming the new home of a class that left this module, instead of Python's bare one."
+    if name in _MOVED:
+        raise ImportError(f"{name} moved to {_MOVED[name]} (chapter 7, where generation uses it): "
+                          f"use `from {_MOVED[name]} import {name}`")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # %% ../nbs/03_multihead.ipynb #083bff9c
 _SDPA_GQA = torch.__version__ >= "2.5"  # scaled_dot_product_attention(enable_gqa=True) exists from torch 2.5
@@ -139,8 +96,8 @@ class MultiHeadAttention(nn.Module):
     def forward(self,
                 x: Tensor, # (B, T, D) float
                 mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
-                layer_cache: LayerKVCache | None = None, # this layer's cache; the new keys/values are appended
-                rotate: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None, # (q, k) -> (q, k), e.g. rotary
+                layer_cache=None, # this layer's cache: `update(k, v)` appends the new keys/values, returns all
+                rotate: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None, # (q, k) -> (q, k): rotary
                 validate_mask: bool = True, # False when the caller (a GPT) has checked the mask once for all layers
                ) -> Tensor: # (B, T, D)
         """Attend over the T new positions (and the cached ones). `rotate` acts on the new queries and keys before
@@ -168,11 +125,13 @@ class MultiHeadAttention(nn.Module):
             k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (B, KV, S, Dh) -> (B, H, S, Dh)
             v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
         if self.fused:  # torch's kernel; with GQA it reads each key/value head for its query heads without copying
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                 dropout_p=self.dropout if self.training else 0.0,
                                                  **({"enable_gqa": True} if grouped and _SDPA_GQA else {}))
             if mask is not None:  # a query with no allowed key outputs 0 (torch's SDPA too since 2.5; before, NaN)
                 out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         else:
-            weights = self.attn_dropout(attention_weights(q, k, mask))  # (B, H, T, S)
+            # (B, H, T, S); q, k and the mask were checked above (or by the GPT), so not again
+            weights = self.attn_dropout(attention_weights(q, k, mask, validate=False))
             out = weights @ v  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
         return self.resid_dropout(self.out_proj(self.merge_heads(out)))  # (B, T, H·Dh) -> (B, T, D)

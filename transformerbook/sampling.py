@@ -2,7 +2,9 @@
 models as task solvers (J&M 10.7–10.8).
 
 **In the package** (`transformerbook.sampling`): `generate(model, token_ids, max_new_tokens, temperature, top_k,
-top_p)` decodes a batch with a KV cache (temperature 0 is greedy). Its pieces work on (..., V) logits:
+top_p)` decodes a batch with a KV cache (temperature 0 is greedy): `KVCache` holds one `LayerKVCache` per layer, the
+keys and values of every position so far in buffers allocated once, (B, n_kv_heads, S, d_head) views of which each
+step extends. Its pieces work on (..., V) logits:
 `apply_temperature`, `top_k_filter` and `top_p_filter`, chained by `warp_logits`, then `sample_from_logits` draws
 one token per row. `beam_search(model, token_ids, max_new_tokens, num_beams, length_penalty)` keeps the $K$ best
 prefixes of one prompt (as Hugging Face's `num_beams`). `kv_cache_bytes` gives a cache's memory,
@@ -23,13 +25,13 @@ import torch
 from torch import Tensor, nn
 
 from .masking import make_padding_mask
-from .multihead import KVCache
 from .validation import (check_in_interval, check_int_in_range, check_nonnegative_int, check_positive_int,
                                         check_positive_ints, check_positive_number, is_number)
 
 # %% auto #0
-__all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'generate', 'kv_cache_bytes',
-           'score_continuations', 'repeated_ngram_fraction', 'self_bleu', 'perplexity', 'beam_search']
+__all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'generate', 'LayerKVCache',
+           'KVCache', 'kv_cache_bytes', 'score_continuations', 'repeated_ngram_fraction', 'self_bleu', 'perplexity',
+           'beam_search']
 
 # %% ../nbs/07_sampling.ipynb #8c673759
 def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that must not be drawn
@@ -91,7 +93,8 @@ def top_p_filter(logits: Tensor, # (..., V) float
                  p: float, # probability mass of the nucleus, 0 < p <= 1; 1 keeps every token
                 ) -> Tensor: # (..., V): logits of the nucleus, -inf elsewhere
     """Keep the smallest set of most probable tokens whose probability reaches p (J&M eq. 10.47; Holtzman et al.
-    2020), computed as Hugging Face's `TopPLogitsWarper` (min_tokens_to_keep=1). Raises `ValueError` unless 0 < p <= 1."""
+    2020), computed as Hugging Face's `TopPLogitsWarper` (min_tokens_to_keep=1). Raises `ValueError` unless
+    0 < p <= 1."""
     _check_top_p(p)
     sorted_logits, order = torch.sort(logits, dim=-1, descending=False)  # least probable first
     mass_up_to = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # (..., V): 1 - (mass before the token)
@@ -106,7 +109,7 @@ def warp_logits(logits: Tensor, # (..., V) float
                 top_k: int | None = None, # keep the k most probable tokens; None = no limit
                 top_p: float | None = None, # keep the nucleus of mass p; None = no limit
                ) -> Tensor: # (..., V) reshaped logits, -inf for removed tokens
-    "Temperature, then top-k, then top-p (the order of Hugging Face's `generate`); the sampler draws from softmax of the result."
+    "Temperature, then top-k, then top-p (Hugging Face's order); the sampler draws from the softmax of the result."
     logits = apply_temperature(logits, temperature)
     if top_k is not None: logits = top_k_filter(logits, top_k)
     if top_p is not None: logits = top_p_filter(logits, top_p)
@@ -157,7 +160,7 @@ def _as_left_padded(token_ids, # list of ids, list of lists, (T,) or (B, T) inte
 
 # %% ../nbs/07_sampling.ipynb #cca6bc3d
 @torch.no_grad()
-def generate(model: nn.Module, # a `GPT` (anything with `.config.context_length`, `.config.vocab_size`, `.config.n_layers`)
+def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_stream` and `lm_head`)
              token_ids, # one prompt (list of ids or (T,) tensor), a list of prompts, or a left-padded (B, T) int tensor
              max_new_tokens: int, # number of tokens to add, >= 0
              temperature: float = 1.0, # τ; 0 = greedy decoding (argmax, J&M eq. 10.46), > 0 = sampling (eq. 10.49)
@@ -174,9 +177,10 @@ def generate(model: nn.Module, # a `GPT` (anything with `.config.context_length`
 
     Rows of different lengths are left-padded; pads are masked and skipped by the position ids, so row b equals
     `generate` on prompt b alone (with `generator[b]` when sampling) up to its padding. Contexts longer than
-    `context_length` keep their last `context_length` tokens. Raises `TypeError` if `token_ids` is a tensor of a
-    non-integer dtype (e.g. float), `ValueError` for max_new_tokens < 0, temperature < 0, top_k < 1, top_p outside
-    (0, 1], an empty prompt, or token ids outside the vocabulary."""
+    `context_length` keep their last `context_length` tokens. Every argument is checked once, before the loop, which
+    then calls the model with `validate=False`. Raises `TypeError` if `token_ids` is a tensor of a non-integer dtype
+    (e.g. float), `ValueError` for max_new_tokens < 0, temperature < 0, top_k < 1, top_p outside (0, 1], an empty
+    prompt, or token ids outside the vocabulary."""
     cfg = model.config
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 0")
@@ -189,21 +193,28 @@ def generate(model: nn.Module, # a `GPT` (anything with `.config.context_length`
             raise ValueError(f"{name}={tok!r} is outside [0, vocab_size={cfg.vocab_size})")
     pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
     device = next(model.parameters()).device
-    ids, mask = _as_left_padded(token_ids, lengths, cfg.vocab_size, pad, device)  # (B, P), (B, P)
-    B, C = ids.shape[0], cfg.context_length
+    prompt, prompt_mask = _as_left_padded(token_ids, lengths, cfg.vocab_size, pad, device)  # (B, P), (B, P)
+    (B, P), C = prompt.shape, cfg.context_length
+    ids = prompt.new_full((B, P + max_new_tokens), pad)  # (B, P + n): every column the loop will write, allocated once
+    ids[:, :P] = prompt
+    mask = torch.ones_like(ids, dtype=torch.bool)  # (B, P + n) True = real token; generated tokens are all real
+    mask[:, :P] = prompt_mask
+    padded = not bool(prompt_mask.all())  # one host sync, here rather than at every step
+    positions = _position_ids(mask)  # (B, P + n); a prefix of the mask gives the same numbers
     finished = torch.zeros(B, dtype=torch.bool, device=device)
-    cache, was_training = None, model.training
+    cache, was_training, N = None, model.training, P  # N: columns filled so far
     model.eval()  # no dropout while generating
     try:
         for _ in range(max_new_tokens):
-            N = ids.shape[1]
             if use_kv_cache and cache is not None and N <= C:  # the cache holds columns 0..N-2: feed the newest
-                x, m, pos = ids[:, -1:], mask, _position_ids(mask)[:, -1:]  # (B, 1), (B, N), (B, 1)
+                x, pos, m = ids[:, N - 1:N], positions[:, N - 1:N], mask[:, :N]  # (B, 1), (B, 1), (B, N)
             else:  # first step, no cache, or the window is full: (re)compute the last min(N, C) columns
-                x, m = ids[:, -C:], mask[:, -C:]  # (B, min(N, C))
-                pos = _position_ids(m)
-                cache = KVCache(cfg.n_layers) if use_kv_cache else None
-            logits = model(x, padding_mask=None if m.all() else m, position_ids=pos, kv_cache=cache)[:, -1]  # (B, V)
+                x, m = ids[:, max(0, N - C):N], mask[:, max(0, N - C):N]  # (B, min(N, C))
+                pos = positions[:, :N] if N <= C else _position_ids(m)  # past the window, count from its start
+                cache = KVCache(cfg.n_layers, max_length=min(P + max_new_tokens - 1, C)) if use_kv_cache else None
+            h = model.residual_stream(x, padding_mask=m if padded else None, position_ids=pos, kv_cache=cache,
+                                      validate=False)[-1][:, -1]  # (B, D): the last position; inputs checked above
+            logits = model.lm_head(h)  # (B, V): the unembedding, V·D multiply-adds, for the one position we sample
             if temperature == 0:
                 next_ids = logits.argmax(-1)  # (B,) greedy, J&M eq. 10.46
             else:
@@ -211,12 +222,111 @@ def generate(model: nn.Module, # a `GPT` (anything with `.config.context_length`
             if eos_token_id is not None:
                 next_ids = next_ids.masked_fill(finished, pad)  # finished rows only receive padding
                 finished |= next_ids == eos_token_id
-            ids = torch.cat([ids, next_ids[:, None]], dim=1)  # (B, N) -> (B, N + 1)
-            mask = torch.cat([mask, torch.ones(B, 1, dtype=torch.bool, device=device)], dim=1)
+            ids[:, N] = next_ids  # (B,) into column N
+            N += 1
             if eos_token_id is not None and finished.all(): break
     finally:
         model.train(was_training)
-    return ids
+    return ids[:, :N].contiguous()  # (B, N): a copy only if generation stopped early
+
+# %% ../nbs/07_sampling.ipynb #kvcode01
+class LayerKVCache:
+    """Keys and values of one attention layer during generation (CS182 KV-cache slides), in buffers allocated ahead.
+
+    `update(k, v)` writes the T new positions' (B, H, T, Dh) keys and values after the S cached ones and returns views
+    of all of them, (B, H, S + T, Dh): nothing already cached is copied. The buffers are allocated at the first update
+    (its B, H, Dh, dtype and device) with room for `max_length` positions; a cache that outgrows them moves to buffers
+    twice as long, so an unknown final length still costs O(1) copies per position on average."""
+    def __init__(self, max_length: int | None = None): # positions to reserve; None = those of the first update
+        if max_length is not None: check_positive_int("max_length", max_length)
+        self.max_length, self.length = max_length, 0  # length: positions cached so far, S
+        self._k: Tensor | None = None  # (B, H, capacity, Dh); positions length.. are unused
+        self._v: Tensor | None = None
+
+    def __len__(self) -> int: return self.length
+
+    @property
+    def k(self) -> Tensor | None:
+        "The cached keys, a (B, H, S, Dh) view of the buffer (None before the first update)."
+        return None if self._k is None else self._k[:, :, :self.length]
+
+    @property
+    def v(self) -> Tensor | None:
+        "The cached values, a (B, H, S, Dh) view of the buffer (None before the first update)."
+        return None if self._v is None else self._v[:, :, :self.length]
+
+    @property
+    def capacity(self) -> int:
+        "Positions the buffers can hold before they must grow."
+        return 0 if self._k is None else self._k.shape[2]
+
+    def update(self,
+               k: Tensor, # (B, H, T, Dh) keys of the T new positions
+               v: Tensor, # (B, H, T, Dh) their values
+              ) -> tuple[Tensor, Tensor]: # all cached keys and values, each (B, H, S, Dh) with S = previous length + T
+        """Write k and v after the cached positions and return views of every cached key and value.
+
+        Raises `TypeError` if k or v is not a tensor, and `ValueError` naming the shapes if they are not 4-D, differ
+        from each other, or do not match the cache's (B, H, ·, Dh), dtype or device; the cache is then left
+        unchanged."""
+        _check_kv_update(self._k, self.length, k, v)  # before anything is written
+        start, end = self.length, self.length + k.shape[2]
+        if end > self.capacity: self._grow(k, end)
+        self._k[:, :, start:end] = k  # (B, H, T, Dh) into positions start..end-1 of (B, H, capacity, Dh)
+        self._v[:, :, start:end] = v
+        self.length = end
+        return self._k[:, :, :end], self._v[:, :, :end]  # views: (B, H, S, Dh)
+
+    def _grow(self, like: Tensor, needed: int) -> None:
+        "Move to buffers of max(needed, max_length, twice the old capacity) positions."
+        B, H, _, Dh = like.shape
+        capacity = max(needed, self.max_length or 0, 2 * self.capacity)
+        k, v = like.new_empty(B, H, capacity, Dh), like.new_empty(B, H, capacity, Dh)
+        if self.length:
+            k[:, :, :self.length], v[:, :, :self.length] = self.k, self.v
+        self._k, self._v = k, v
+
+# %% ../nbs/07_sampling.ipynb #kvcheck1
+def _check_kv_update(buffer: Tensor | None, # a LayerKVCache's (B, H, capacity, Dh) key buffer, None while empty
+                     length: int, # the positions it caches
+                     k, v) -> None: # the new keys and values, (B, H, T, Dh) each
+    "Raise `TypeError`/`ValueError` naming the shapes, dtypes and devices unless k and v fit the cache."
+    for name, t in (("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of shape (B, H, T, Dh), got {type(t).__name__}")
+    if k.dim() != 4 or k.shape != v.shape or k.dtype != v.dtype or k.device != v.device:
+        raise ValueError(f"k and v must both be (B, H, T, Dh) with one dtype and device, got k {tuple(k.shape)} "
+                         f"{k.dtype} on {k.device} and v {tuple(v.shape)} {v.dtype} on {v.device}")
+    if buffer is not None:
+        B, H, _, Dh = buffer.shape
+        if (k.shape[0], k.shape[1], k.shape[3]) != (B, H, Dh) or k.dtype != buffer.dtype or k.device != buffer.device:
+            raise ValueError(f"the cache holds (B, H, S, Dh) = {(B, H, length, Dh)} {buffer.dtype} on {buffer.device}, "
+                             f"but the new keys are {tuple(k.shape)} {k.dtype} on {k.device}: B, H, Dh, dtype and "
+                             f"device must match (start a new cache for a different batch or model)")
+
+# %% ../nbs/07_sampling.ipynb #kvcode06
+class KVCache:
+    """One `LayerKVCache` per transformer layer, the `kv_cache` a `GPT` fills; `len(cache)` is the number of cached
+    positions. `max_length` reserves that many positions in every layer (`generate` reserves what its loop will
+    cache)."""
+    def __init__(self, n_layers: int, # one cache per block
+                 max_length: int | None = None, # positions to reserve per layer; None = grow as needed
+                ):
+        check_positive_int("n_layers", n_layers)
+        self.layers = [LayerKVCache(max_length) for _ in range(n_layers)]
+
+    def __getitem__(self, i: int) -> LayerKVCache: return self.layers[i]
+    def __len__(self) -> int: return len(self.layers[0])
+
+    @property
+    def n_bytes(self) -> int:
+        "Bytes of the cached keys and values: 2 · n_layers · B · S · n_kv_heads · d_head · bytes per element."
+        return sum(t.numel() * t.element_size() for l in self.layers for t in (l.k, l.v) if t is not None)
+
+    @property
+    def n_bytes_reserved(self) -> int:
+        "Bytes of the buffers, used or not (`n_bytes` once every reserved position is filled)."
+        return sum(t.untyped_storage().nbytes() for l in self.layers for t in (l._k, l._v) if t is not None)
 
 # %% ../nbs/07_sampling.ipynb #cac67dc3
 def kv_cache_bytes(config, # a `GPTConfig` (uses n_layers, n_kv_heads and d_head)
@@ -224,8 +334,9 @@ def kv_cache_bytes(config, # a `GPTConfig` (uses n_layers, n_kv_heads and d_head
                    batch_size: int = 1, # B
                    dtype: torch.dtype = torch.float32, # element type of the cached keys and values
                   ) -> int: # bytes
-    """Memory of a full KV cache: 2 · n_layers · B · T · n_kv_heads · d_head · bytes per element (keys and values of every
-    layer); = 2 · n_layers · B · T · d_model for multi-head attention, n_heads / n_kv_heads times less with GQA."""
+    """Memory of a full KV cache: 2 · n_layers · B · T · n_kv_heads · d_head · bytes per element (keys and values of
+    every layer); = 2 · n_layers · B · T · d_model for multi-head attention, n_heads / n_kv_heads times less with
+    GQA."""
     check_nonnegative_int("n_tokens", n_tokens)
     check_nonnegative_int("batch_size", batch_size)
     width = config.n_kv_heads * config.d_head  # keys (and values) per token per layer; d_model without GQA
@@ -349,7 +460,7 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
                 length_penalty: float = 1.0, # α: a finished hypothesis scores (sum of log P) / n^α, n = its new tokens
                 eos_token_id: int | None = None, # a beam that emits it is finished
                 early_stopping: bool | str = False, # False (heuristic), True (stop at K finished) or "never"
-                generator: torch.Generator | None = None, # draw the candidates instead of taking the best (stochastic beam)
+                generator: torch.Generator | None = None, # draw the candidates, not the best (stochastic beam)
                ) -> tuple[Tensor, float]: # (P + n,) int64 prompt and continuation, and its score_α (nats per token^α)
     """Beam search with a length penalty, step for step as Hugging Face's `generate(num_beams=K, do_sample=False)`
     (with a `generator`: as `do_sample=True`, drawing the 2K candidates without replacement).
@@ -373,7 +484,8 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
             scores = (beam_scores[:, None] + log_probs).flatten()  # (K·V,) score of every one-token extension
             if generator is None: cand_scores, cand = torch.topk(scores, 2 * K)  # (2K,) best first
             else:
-                cand = torch.multinomial(scores.softmax(-1), 2 * K, generator=generator)  # (2K,) drawn without replacement
+                # (2K,) drawn without replacement
+                cand = torch.multinomial(scores.softmax(-1), 2 * K, generator=generator)
                 cand_scores = scores[cand]
             seqs = torch.cat([beams[cand // V], (cand % V)[:, None]], dim=1)  # (2K, P + n): beam + its new token
             ends = torch.full((2 * K,), n == max_new_tokens, device=device)  # (2K,) bool

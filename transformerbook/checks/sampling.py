@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 
 from .core import MetaCase, assert_tensors_close, call_learner, checker
-from ..multihead import LayerKVCache, MultiHeadAttention
-from ..sampling import apply_temperature, top_k_filter, top_p_filter
+from ..multihead import MultiHeadAttention
+from ..sampling import LayerKVCache, apply_temperature, top_k_filter, top_p_filter
 
 # %% auto #0
 __all__ = ['META_CASES', 'check_temperature', 'check_top_k', 'check_top_p', 'check_kv_cache_update', 'check_tail_probability']
@@ -248,22 +248,26 @@ def check_tail_probability(fn: Callable, # your function: fn(probs (V,), p, n_st
 
 # %% ../../nbs/checks/07_sampling.ipynb #9e8fb93e
 class _ReferenceKVCache(LayerKVCache):
-    "The book's `LayerKVCache` (appends along dim -2)."
+    "The book's `LayerKVCache` (writes after the cached positions, along dim -2)."
 
-class _OverwritingKVCache(LayerKVCache):
+class _ConcatKVCache:
+    "The wrong variants' base: an empty cache whose `update` each subclass gets wrong."
+    def __init__(self): self.k = self.v = None
+
+class _OverwritingKVCache(_ConcatKVCache):
     "Wrong: keeps only the newest keys and values."
     def update(self, k, v):
         self.k, self.v = k, v
         return k, v
 
-class _WrongDimKVCache(LayerKVCache):
+class _WrongDimKVCache(_ConcatKVCache):
     "Wrong: concatenates along the heads axis (dim 1)."
     def update(self, k, v):
         self.k = k if self.k is None else torch.cat([self.k, k], dim=1)
         self.v = v if self.v is None else torch.cat([self.v, v], dim=1)
         return self.k, self.v
 
-class _LastDimKVCache(LayerKVCache):
+class _LastDimKVCache(_ConcatKVCache):
     "Wrong: concatenates along the feature axis (dim -1)."
     def update(self, k, v):
         self.k = k if self.k is None else torch.cat([self.k, k], dim=-1)
