@@ -9,6 +9,7 @@ Modules:
 - `transformerbook.checks.core`: The small toolkit behind every exercise checker: one pass line, or an error that says exactly what is wrong.
 - `transformerbook.checks.embeddings`: `check_one_hot_embedding`, `check_sinusoidal_encoding`, `check_rotation_matrix` and `check_cosine_similarity`, used in the chapter "Embeddings".
 - `transformerbook.checks.evaluation`: The checkers behind the exercises of "What a trained model can do, what it learned from, and what can go wrong": a likelihood classifier, GPT-3's 13-gram contamination test and the epochs of a data mix.
+- `transformerbook.checks.finetune`: The checkers behind the exercises of "Pre-training objectives and fine-tuning": BERT's masked-language-model corruption and freezing a classifier's body.
 - `transformerbook.checks.interpret`: The checkers behind the exercises of "Inside a trained model: heads and layers": a previous-token head score, the induction score and an attention-sink score.
 - `transformerbook.checks.lm_head`: Exercise checkers for chapter 06: counting a GPT's parameters, tying the weights, and the logit lens.
 - `transformerbook.checks.masking`: Checkers for Chapter 2's exercises: causal masks, padding masks, combined masks and NaN-free masked attention.
@@ -25,6 +26,7 @@ Modules:
 - `transformerbook.data`: Where the book's real inputs come from, how they are verified and cached, and how to work offline.
 - `transformerbook.embeddings`: Token embeddings as row selection from E, learned and sinusoidal position embeddings, and what the geometry of embedding space encodes (J&M 10.5; notes 19.2; 6.390 11.1).
 - `transformerbook.evaluation`: Tasks as likelihood comparisons with confidence intervals, GPT-3's data mix, deduplication and 13-gram contamination on TinyShakespeare, memorisation and extraction measured on the book's model, and its model card (J&M 10.7, 10.9.2, 10.10).
+- `transformerbook.finetune`: BERT's masked characters with bidirectional attention, measured against the causal model on the same held-out characters, and a small randomly initialised head fine-tuned on the pre-trained model and on a random one (CS182 "Pre-training vs. fine-tuning"; MIT 6.390 §11.3.2; J&M 10.1.2).
 - `transformerbook.interpret`: What the attention heads and the layers of the book's trained models actually do, measured rather than eyeballed: head scores, the in-context-learning curve, induction heads made to appear during training, and the logit lens (J&M 10.1, 10.4, 10.6; Olsson et al. 2022).
 - `transformerbook.lm_head`: Unembedding, weight tying, a softmax over the vocabulary, and the whole decoder-only model (J&M 10.6).
 - `transformerbook.masking`: Causal masks for language modelling, padding masks for batches, and how to combine them (J&M 10.1.5).
