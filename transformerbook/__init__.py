@@ -21,7 +21,7 @@ Modules:
 - `transformerbook.checks.scaling`: The checkers behind the exercises of "Scaling laws": the compute of a training run, spending a budget compute-optimally, and fitting a power law in log space.
 - `transformerbook.checks.tokenization`: Checks for one BPE merge step, BPE training and byte-level decoding; each is tested against known mistakes.
 - `transformerbook.checks.training`: The checkers behind the exercises of "Training a GPT": the language-model loss with padding, packing documents into context windows, and the warm-up + cosine learning-rate schedule.
-- `transformerbook.checks.word2vec`: `check_negative_sampling_loss` and `check_pair_count`, used in the chapter "Word embeddings: skip-gram".
+- `transformerbook.checks.word2vec`: `check_negative_sampling_loss`, `check_pair_count` and `check_noise_shares`, used in the chapter "Word embeddings: skip-gram".
 - `transformerbook.cli`: `transformerbook train`, `sample` and `prepare`: train a GPT on TinyShakespeare or your own corpus with a progress bar and checkpoints, on one device or many processes, resume it, and generate text from a checkpoint.
 - `transformerbook.data`: Where the book's real inputs come from, how they are verified and cached, and how to work offline.
 - `transformerbook.embeddings`: Token embeddings as row selection from E, learned and sinusoidal position embeddings, and what the geometry of embedding space encodes (J&M 10.5; notes 19.2; 6.390 11.1).
