@@ -15,7 +15,7 @@ import torch
 
 from transformerbook.checks.finetune import META_CASES, check_freeze_body, check_mlm_corrupt
 from transformerbook.data import load_result, load_tinyshakespeare, train_val_split
-from transformerbook.finetune import (IGNORE_INDEX, MASK_ID, SequenceClassifier, classify, fill_masks,
+from transformerbook.finetune import (IGNORE_INDEX, SequenceClassifier, classify, fill_masks,
                                       finetune_classifier, freeze_body, masked_char_losses, mlm_batch_fn,
                                       mlm_corrupt, next_char_losses, speaker_chunks)
 from transformerbook.lm_head import GPT, GPTConfig
@@ -89,7 +89,8 @@ def test_default_config_writes_the_same_dict_and_cache_key():
     before = {"vocab_size": 65, "context_length": 64, "d_model": 128, "n_heads": 4, "n_layers": 4, "d_ff": 512,
               "dropout": 0.0, "bias": True, "norm": "pre", "tie_weights": True, "activation": "gelu_tanh",
               "positional": "learned", "layer_norm_eps": 1e-05, "fused": True}
-    assert json.dumps(preset_configs("baby-gpt-char")[0].to_dict(), sort_keys=True) == json.dumps(before, sort_keys=True)
+    key = json.dumps(preset_configs("baby-gpt-char")[0].to_dict(), sort_keys=True)
+    assert key == json.dumps(before, sort_keys=True)
     with pytest.raises(ValueError, match="causal='no'"): GPTConfig(causal="no")
 
 
@@ -263,7 +264,7 @@ def test_finetune_result_is_complete():
     assert len(mlm["masked_nats"]) == len(mlm["right"]) and set(mlm["causal_nats"]) == {"64", "32"}
     assert all(0 < v < math.log(66) for v in mlm["masked_nats"])
     seeds = committed["seeds"]
-    assert len(ft["runs"]) == 4 * len(seeds)
+    assert len(ft["runs"]) == 4 * len(seeds) + 2  # and the whole model at lr 1e-3 for seed 0
     for run in ft["runs"]:
         assert run["low"] <= run["accuracy"] <= run["high"] and run["n"] == ft["n_test"]
 
@@ -273,8 +274,9 @@ def test_finetune_experiment_slice_reproduces():
     "The head-only runs of seed 0 (the cheap ones) give the committed accuracies again."
     committed = load_result("finetune")["results"]["finetune"]
     torch.set_num_threads(1)
-    again = _load_experiment().run_finetune(seeds=(0,), steps=committed["steps"],
-                                            settings=(("pre-trained", "head only"), ("random", "head only")))
+    head_only = (("pre-trained", "head only", 1e-3), ("random", "head only", 1e-3))
+    again = _load_experiment().run_finetune(seeds=(0,), steps=committed["steps"], settings=head_only)
     for run in again["runs"]:
-        saved = next(r for r in committed["runs"] if (r["body"], r["train"], r["seed"]) == (run["body"], run["train"], 0))
+        saved = next(r for r in committed["runs"]
+                     if (r["body"], r["train"], r["lr"], r["seed"]) == (run["body"], run["train"], run["lr"], 0))
         assert run["accuracy"] == pytest.approx(saved["accuracy"], abs=1 / saved["n"])  # at most one piece differs

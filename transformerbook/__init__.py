@@ -9,7 +9,7 @@ Modules:
 - `transformerbook.checks.core`: The small toolkit behind every exercise checker: one pass line, or an error that says exactly what is wrong.
 - `transformerbook.checks.embeddings`: `check_one_hot_embedding`, `check_sinusoidal_encoding`, `check_rotation_matrix` and `check_cosine_similarity`, used in the chapter "Embeddings".
 - `transformerbook.checks.evaluation`: The checkers behind the exercises of "What a trained model can do, what it learned from, and what can go wrong": a likelihood classifier, GPT-3's 13-gram contamination test and the epochs of a data mix.
-- `transformerbook.checks.finetune`: The checkers behind the exercises of "Pre-training objectives and fine-tuning": BERT's masked-language-model corruption and freezing a classifier's body.
+- `transformerbook.checks.finetune`: The checkers behind the exercises of "Pre-training objectives and fine-tuning": BERT's masked-language-model corruption, freezing a classifier's body and the mean over the real positions that feeds its head.
 - `transformerbook.checks.interpret`: The checkers behind the exercises of "Inside a trained model: heads and layers": a previous-token head score, the induction score and an attention-sink score.
 - `transformerbook.checks.lm_head`: Exercise checkers for chapter 06: counting a GPT's parameters, tying the weights, and the logit lens.
 - `transformerbook.checks.masking`: Checkers for Chapter 2's exercises: causal masks, padding masks, combined masks and NaN-free masked attention.

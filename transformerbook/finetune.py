@@ -123,7 +123,7 @@ def next_char_losses(model: GPT, # a causal model
     logits = model(windows)[:, -1]  # (N, left, V) -> (N, V): the prediction after the last character
     return F.cross_entropy(logits.float(), data[positions], reduction="none")
 
-# %% ../nbs/11b_finetune.ipynb #718b5f50
+# %% ../nbs/11b_finetune.ipynb #b4d4f677
 @torch.no_grad()
 def fill_masks(model: GPT, # a bidirectional model trained with `mlm_corrupt`
                token_ids: Tensor, # (B, T) int64 with `mask_id` at the holes
@@ -134,7 +134,7 @@ def fill_masks(model: GPT, # a bidirectional model trained with `mlm_corrupt`
     logits[..., mask_id] = -torch.inf  # never predict [MASK] itself
     return torch.where(token_ids == mask_id, logits.argmax(-1), token_ids)
 
-# %% ../nbs/11b_finetune.ipynb #38cc6e4a
+# %% ../nbs/11b_finetune.ipynb #1d6c62c5
 def speaker_chunks(text: str, # TinyShakespeare-formatted held-out text
                    tokenizer, # anything with `encode(str) -> list[int]`
                    n_speakers: int = 4, # the speakers with the most speeches of >= min_chars characters
@@ -166,7 +166,7 @@ def _as_tensors(items: list, tokenizer, n_chars: int) -> tuple[Tensor, Tensor, T
         token_ids[i, :len(ids)], padding_mask[i, :len(ids)] = torch.tensor(ids), True
     return token_ids, padding_mask, torch.tensor([label for _, label in items], dtype=torch.long)
 
-# %% ../nbs/11b_finetune.ipynb #25dea747
+# %% ../nbs/11b_finetune.ipynb #33eb2c1b
 class SequenceClassifier(nn.Module):
     """A GPT body and a small randomly initialised prediction head (CS182 "Pre-training vs. fine-tuning"): class
     logits (B, n_classes) from the mean of the body's last hidden states over the real positions."""
@@ -200,7 +200,7 @@ def freeze_body(classifier: SequenceClassifier) -> SequenceClassifier:
     for p in classifier.body.parameters(): p.requires_grad_(False)
     return classifier
 
-# %% ../nbs/11b_finetune.ipynb #12f8523f
+# %% ../nbs/11b_finetune.ipynb #9d7b861f
 def finetune_classifier(classifier: SequenceClassifier,
                         token_ids: Tensor, # (N, T) int64 training pieces
                         padding_mask: Tensor, # (N, T) bool, True = real token
