@@ -9,6 +9,7 @@ Modules:
 - `transformerbook.checks.core`: The small toolkit behind every exercise checker: one pass line, or an error that says exactly what is wrong.
 - `transformerbook.checks.embeddings`: `check_one_hot_embedding`, `check_sinusoidal_encoding`, `check_rotation_matrix` and `check_cosine_similarity`, used in the chapter "Embeddings".
 - `transformerbook.checks.evaluation`: The checkers behind the exercises of "What a trained model can do, what it learned from, and what can go wrong": a likelihood classifier, GPT-3's 13-gram contamination test and the epochs of a data mix.
+- `transformerbook.checks.finetune`: The checkers behind the exercises of "Pre-training objectives and fine-tuning": BERT's masked-language-model corruption, freezing a classifier's body and the mean over the real positions that feeds its head.
 - `transformerbook.checks.interpret`: The checkers behind the exercises of "Inside a trained model: heads and layers": a previous-token head score, the induction score and an attention-sink score.
 - `transformerbook.checks.lm_head`: Exercise checkers for chapter 06: counting a GPT's parameters, tying the weights, and the logit lens.
 - `transformerbook.checks.masking`: Checkers for Chapter 2's exercises: causal masks, padding masks, combined masks and NaN-free masked attention.
@@ -20,11 +21,12 @@ Modules:
 - `transformerbook.checks.scaling`: The checkers behind the exercises of "Scaling laws": the compute of a training run, spending a budget compute-optimally, and fitting a power law in log space.
 - `transformerbook.checks.tokenization`: Checks for one BPE merge step, BPE training and byte-level decoding; each is tested against known mistakes.
 - `transformerbook.checks.training`: The checkers behind the exercises of "Training a GPT": the language-model loss with padding, packing documents into context windows, and the warm-up + cosine learning-rate schedule.
-- `transformerbook.checks.word2vec`: `check_negative_sampling_loss` and `check_pair_count`, used in the chapter "Word embeddings: skip-gram".
+- `transformerbook.checks.word2vec`: `check_negative_sampling_loss`, `check_pair_count` and `check_noise_shares`, used in the chapter "Word embeddings: skip-gram".
 - `transformerbook.cli`: `transformerbook train`, `sample` and `prepare`: train a GPT on TinyShakespeare or your own corpus with a progress bar and checkpoints, on one device or many processes, resume it, and generate text from a checkpoint.
 - `transformerbook.data`: Where the book's real inputs come from, how they are verified and cached, and how to work offline.
 - `transformerbook.embeddings`: Token embeddings as row selection from E, learned and sinusoidal position embeddings, and what the geometry of embedding space encodes (J&M 10.5; notes 19.2; 6.390 11.1).
 - `transformerbook.evaluation`: Tasks as likelihood comparisons with confidence intervals, GPT-3's data mix, deduplication and 13-gram contamination on TinyShakespeare, memorisation and extraction measured on the book's model, and its model card (J&M 10.7, 10.9.2, 10.10).
+- `transformerbook.finetune`: BERT's masked characters with bidirectional attention, measured against the causal model on the same held-out characters, and a small randomly initialised head fine-tuned on the pre-trained model and on a random one (CS182 "Pre-training vs. fine-tuning"; MIT 6.390 §11.3.2; J&M 10.1.2).
 - `transformerbook.interpret`: What the attention heads and the layers of the book's trained models actually do, measured rather than eyeballed: head scores, the in-context-learning curve, induction heads made to appear during training, and the logit lens (J&M 10.1, 10.4, 10.6; Olsson et al. 2022).
 - `transformerbook.lm_head`: Unembedding, weight tying, a softmax over the vocabulary, and the whole decoder-only model (J&M 10.6).
 - `transformerbook.masking`: Causal masks for language modelling, padding masks for batches, and how to combine them (J&M 10.1.5).

@@ -60,6 +60,7 @@ class GPTConfig:
     qk_norm: bool = False  # RMSNorm on each head's queries and keys (Qwen3, OLMo 2)
     rope_theta: float = 10000.0  # θ of rotary positions (Llama 3: 500,000; Qwen3: 1,000,000)
     rope_scaling: dict | None = None  # Llama 3's frequency scaling (see `embeddings.rotary_frequencies`)
+    causal: bool = True  # False: no causal mask, every position sees every other (BERT's encoder, chapter 11b)
 
     def __post_init__(self):
         if self.d_ff is None: self.d_ff = 4 * self.d_model
@@ -74,7 +75,7 @@ class GPTConfig:
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
         check_in_interval("dropout", self.dropout, "[0, 1)")
-        for name in ("bias", "tie_weights", "fused", "qk_norm"):
+        for name in ("bias", "tie_weights", "fused", "qk_norm", "causal"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         check_choice("norm", self.norm, ("pre", "post"))
@@ -93,11 +94,11 @@ class GPTConfig:
         return cls(**{**dict(vocab_size=50257, context_length=1024, d_model=768, n_heads=12, n_layers=12), **overrides})
 
     def to_dict(self) -> dict:
-        """The fields as a dict; the chapter-12 switches are left out while they hold GPT-2's values, so a GPT-2
-        configuration writes the same dict (and checkpoint, and cache key) as before they existed."""
+        """The fields as a dict; the chapter-12 switches and `causal` are left out while they hold GPT-2's values, so
+        a GPT-2 configuration writes the same dict (and checkpoint, and cache key) as before they existed."""
         d = asdict(self)
         gpt2 = {"normalization": "layer", "n_kv_heads": self.n_heads, "qk_norm": False, "rope_theta": 10000.0,
-                "rope_scaling": None}
+                "rope_scaling": None, "causal": True}
         if self.d_model % self.n_heads == 0: gpt2["d_head"] = self.d_model // self.n_heads
         for name, value in gpt2.items():
             if d[name] == value: del d[name]
@@ -173,11 +174,11 @@ class GPT(nn.Module):
         else: (B, T), past = token_ids.shape, 0 if kv_cache is None else len(kv_cache)
         if position_ids is None:
             position_ids = torch.arange(past, past + T, device=token_ids.device)  # (T,)
-        if T == 1 and padding_mask is None:  # one new token may attend to every position so far: nothing to mask
+        if (T == 1 or not self.config.causal) and padding_mask is None:  # nothing to mask: every key may be seen
             mask = None
-        else:
-            # (T, S) or (B, 1, T, S)
-            mask = combine_masks(causal_mask(T, past + T, device=token_ids.device), padding_mask)
+        else:  # causal=False (BERT) masks only the padding: (B, 1, 1, S)
+            causal = causal_mask(T, past + T, device=token_ids.device) if self.config.causal else None  # (T, S)
+            mask = combine_masks(causal, padding_mask)  # (T, S), (B, 1, T, S) or (B, 1, 1, S)
         x = self.embeddings(token_ids, position_ids, validate=validate)  # (B, T, D); checks the ids and positions
         rotate = None
         if self.rotary is not None:  # the angles of these positions, shared by every layer: (T, Dh) or (B, 1, T, Dh)
@@ -203,6 +204,9 @@ class GPT(nn.Module):
         if kv_cache is not None and len(kv_cache.layers) != self.config.n_layers:
             raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers but the model has "
                              f"n_layers={self.config.n_layers}")
+        if kv_cache is not None and not self.config.causal:
+            raise ValueError("a KV cache needs causal=True: with causal=False (a bidirectional encoder) every new "
+                             "token changes the earlier positions' outputs, so there is nothing to reuse or generate")
         past = 0 if kv_cache is None else len(kv_cache)
         if past and kv_cache.layers[0].k.shape[0] != B:
             raise ValueError(f"kv_cache holds a batch of B={kv_cache.layers[0].k.shape[0]} sequences but token_ids has "

@@ -182,6 +182,7 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
     (e.g. float), `ValueError` for max_new_tokens < 0, temperature < 0, top_k < 1, top_p outside (0, 1], an empty
     prompt, or token ids outside the vocabulary."""
     cfg = model.config
+    if not getattr(cfg, "causal", True): raise ValueError("generate needs a causal model; this one has causal=False")
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 0")
     if not is_number(temperature) or not 0 <= temperature < math.inf:
@@ -469,6 +470,8 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
     empty prompt, or token ids (prompt or eos_token_id) outside the vocabulary."""
     V, C, K = model.config.vocab_size, model.config.context_length, num_beams
     _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, V)
+    if not getattr(model.config, "causal", True):
+        raise ValueError("beam_search needs a causal model; this one has causal=False")
     device = next(model.parameters()).device
     ids, _ = _as_left_padded(token_ids, None, V, 0, device)  # (1, P)
     if ids.shape[0] != 1: raise ValueError(f"beam_search takes one prompt, got {ids.shape[0]}")

@@ -838,18 +838,20 @@ def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespea
                key_extra: dict, # more fields of the cache key (part of the hash); name a custom `batch_fn` here
                progress: bool = True, desc: str = "training (once)",
                batch_fn=None, # passed to `train` (default: `get_batch`)
+               extra_ids: int = 0, # ids after the tokenizer's, e.g. BERT's [MASK] (chapter 11b); keyed via vocab_size
               ) -> Path: # the finished run's checkpoint file
     """Train `GPT(model_cfg)` on TinyShakespeare once, with its checkpoint under `cache_dir()/models/<prefix>-<hash of
     the configs, key_extra and the code version>`: a finished run is only located, an interrupted one resumes.
     The cache every chapter's trained models share (`shakespeare_model`, `scaling.scaling_run`, ...); load the
-    result with `load_model`. `ValueError` if model_cfg.vocab_size is not the tokenizer's."""
+    result with `load_model`. `ValueError` if model_cfg.vocab_size is not the tokenizer's (+ `extra_ids`)."""
     out_dir = cached_run_dir(prefix, model_cfg, train_cfg, key_extra)
     path = out_dir/CHECKPOINT_NAME
     if path.is_file() and load_checkpoint(path)["step"] >= train_cfg.max_iters: return path
     tok, train_ids, val_ids = load_dataset("tinyshakespeare", tokenizer)
-    if model_cfg.vocab_size != tok.vocab_size:
+    if model_cfg.vocab_size != tok.vocab_size + extra_ids:
         raise ValueError(f"model_cfg.vocab_size={model_cfg.vocab_size} must be the "
-                         f"{'character' if tokenizer == 'char' else tokenizer} vocabulary's {tok.vocab_size}")
+                         f"{'character' if tokenizer == 'char' else tokenizer} vocabulary's {tok.vocab_size}"
+                         + (f" + extra_ids={extra_ids}" if extra_ids else ""))
     torch.manual_seed(train_cfg.seed)
     train(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir=out_dir, tokenizer=tok, resume=path.is_file(),
           progress=progress, desc=desc, batch_fn=batch_fn)

@@ -1,6 +1,7 @@
-"""`check_negative_sampling_loss` and `check_pair_count`, used in the chapter "Word embeddings: skip-gram".
+"""`check_negative_sampling_loss`, `check_pair_count` and `check_noise_shares`, used in the chapter "Word embeddings: skip-gram".
 
-**In the package** (`transformerbook.checks.word2vec`): `check_negative_sampling_loss` takes your loss function (Exercise 5b.1; `check_pair_count` checks Exercise 5b.2's formula),
+**In the package** (`transformerbook.checks.word2vec`): `check_negative_sampling_loss` takes your loss function (Exercise 5b.1; `check_pair_count` checks Exercise 5b.2's formula,
+`check_noise_shares` Exercise 5b.3's noise probabilities),
 runs it on a seeded `SkipGram` model, and prints PASS, prints NOT YET while it still raises
 `NotImplementedError`, or raises an `AssertionError` naming the likely mistake.
 
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
 
 # %% auto #0
-__all__ = ['META_CASES', 'check_negative_sampling_loss', 'check_pair_count']
+__all__ = ['META_CASES', 'check_negative_sampling_loss', 'check_pair_count', 'check_noise_shares']
 
 # %% ../../nbs/checks/05b_word2vec.ipynb #84c0108a
 def _case(seed: int = 0):
@@ -102,6 +103,56 @@ def _pairs_ref(T, c): return 2 * c * T - c * (c + 1)
 def _pairs_no_edges(T, c): return 2 * c * T
 def _pairs_one_direction(T, c): return c * T - c * (c + 1) // 2
 
+# %% ../../nbs/checks/05b_word2vec.ipynb #5b3chk01
+@checker("Exercise 5b.3 — the most frequent word under powers 1 and 3/4")
+def check_noise_shares(fn: Callable, # fn(counts (V,) float) -> (share with power 1, share with power 3/4)
+                      ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
+    "Check `fn` against `word2vec.noise_distribution` at powers 1 and 3/4 on several count vectors; name the slip."
+    from transformerbook.word2vec import noise_distribution
+    for counts in _share_cases():
+        top, low = int(counts.argmax()), int(counts.argmin())
+        want = (noise_distribution(counts, 1.0)[top].item(), noise_distribution(counts, 0.75)[top].item())
+        got = call_learner(fn, counts.clone(), what=f"fn(counts of {len(counts)} words)")
+        try:
+            got = tuple(float(g) for g in got)
+        except (TypeError, ValueError):
+            raise AssertionError(f"return two numbers (the shares with power 1 and 3/4), got {got!r}") from None
+        close = lambda pair: len(got) == 2 and all(abs(g - v) <= 1e-4 for g, v in zip(got, pair))
+        if close(want): continue
+        slips = {"raise the counts to 3/4, then normalise again: (c / N)^(3/4) is not a distribution.":
+                     (want[0], want[0] ** 0.75),
+                 "the exponent is 3/4, below 1, which flattens the distribution; 4/3 sharpens it.":
+                     (want[0], noise_distribution(counts, 4 / 3)[top].item()),
+                 "return (power 1, power 3/4) in that order.": (want[1], want[0]),
+                 "take the MOST frequent word (counts.argmax()).":
+                     (noise_distribution(counts, 1.0)[low].item(), noise_distribution(counts, 0.75)[low].item())}
+        hint = next((h for h, pair in slips.items() if close(pair)),
+                    "the share of word w is counts[w]^a / sum(counts^a), for a = 1 and a = 3/4.")
+        raise AssertionError(f"for counts {counts.tolist()[:4]}... you return {got}, expected ({want[0]:.6f}, "
+                             f"{want[1]:.6f}). Hint: {hint}")
+
+# %% ../../nbs/checks/05b_word2vec.ipynb #5b3wrg01
+def _share_cases() -> list:
+    "Count vectors whose most frequent word is not the first one (one hand-made, one Zipf-like, one uniform draw)."
+    g = torch.Generator().manual_seed(0)
+    zipf = 1000.0 / torch.arange(1, 51, dtype=torch.float64)
+    return [torch.tensor([1.0, 81.0, 0.0, 18.0]), zipf[torch.randperm(50, generator=g)],
+            torch.randint(1, 500, (30,), generator=g).double()]
+
+def _shares_ref(counts):
+    p1, p34 = counts / counts.sum(), counts ** 0.75 / (counts ** 0.75).sum()
+    return p1.max().item(), p34[counts.argmax()].item()
+
+def _shares_not_renormalised(counts):
+    p = counts / counts.sum()
+    return p.max().item(), p.max().item() ** 0.75
+
+def _shares_inverted(counts):
+    p43 = counts ** (4 / 3) / (counts ** (4 / 3)).sum()
+    return (counts / counts.sum()).max().item(), p43.max().item()
+
+def _shares_swapped(counts): return _shares_ref(counts)[::-1]
+
 # %% ../../nbs/checks/05b_word2vec.ipynb #600e55a7
 META_CASES = [
     MetaCase(check_negative_sampling_loss, reference=_ns_reference,
@@ -111,4 +162,7 @@ META_CASES = [
     MetaCase(check_pair_count, reference=_pairs_ref,
              wrong={"ignores the ends": _pairs_no_edges, "one direction": _pairs_one_direction},
              hints={"ignores the ends": "cut off", "one direction": "counts twice"}),
+    MetaCase(check_noise_shares, reference=_shares_ref,
+             wrong={"not renormalised": _shares_not_renormalised, "4/3": _shares_inverted, "swapped": _shares_swapped},
+             hints={"not renormalised": "normalise again", "4/3": "exponent is 3/4", "swapped": "in that order"}),
 ]
