@@ -104,6 +104,11 @@ def main() -> None:
                 with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof: fn()
                 print(f"--- profile: {name}, 64 tokens")
                 print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+                counts = {e.key: e.count for e in prof.key_averages()}
+                print("per generated token: " + ", ".join(
+                    f"{op} {counts.get(op, 0) / 64:.1f}" for op in ("aten::cat", "aten::_local_scalar_dense",
+                                                                     "aten::index")) +
+                      f", all operators {sum(counts.values()) / 64:.0f}")
         print(f"{'new tokens':>10} | {'ours tok/s':>10} | {'fused tok/s':>11} | {'cache speed-up':>14} | "
               f"{'HF tok/s':>9} | {'ours / HF':>9} | {'fused / HF':>10} | same tokens")
         for n in args.new_tokens:
