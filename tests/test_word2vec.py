@@ -77,3 +77,28 @@ def test_pair_count_checker():
     with pytest.raises(AssertionError, match="counts twice"): check_pair_count(lambda T, c: c * T - c * (c + 1) // 2)
     with pytest.raises(AssertionError, match="not T - c"): check_pair_count(lambda T, c: 2 * c * (T - c))
     with pytest.raises(AssertionError, match="both directions"): check_pair_count(lambda T, c: T)
+
+
+def test_noise_shares_checker():
+    "Exercise 5b.3: the reference passes; each known slip fails with its own hint."
+    from transformerbook.checks.word2vec import check_noise_shares
+    from transformerbook.word2vec import noise_distribution
+
+    def reference(counts):
+        top = counts.argmax()
+        return noise_distribution(counts, 1.0)[top].item(), noise_distribution(counts, 0.75)[top].item()
+    assert check_noise_shares(reference).passed is True
+    assert check_noise_shares(lambda counts: torch.tensor(reference(counts))).passed is True  # a tensor pair is fine
+    def not_renormalised(counts):
+        p = counts / counts.sum()
+        return p.max().item(), p.max().item() ** 0.75
+    def rarest(counts):
+        low = counts.argmin()
+        return noise_distribution(counts, 1.0)[low].item(), noise_distribution(counts, 0.75)[low].item()
+    wrong = {"normalise again": not_renormalised, "in that order": lambda counts: reference(counts)[::-1],
+             "exponent is 3/4": lambda counts: (reference(counts)[0], noise_distribution(counts, 4 / 3).max().item()),
+             "MOST frequent": rarest, "return two numbers": lambda counts: "the"}
+    for hint, fn in wrong.items():
+        with pytest.raises(AssertionError, match=hint): check_noise_shares(fn)
+    def stub(counts): raise NotImplementedError
+    assert check_noise_shares(stub).passed is False

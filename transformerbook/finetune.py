@@ -37,7 +37,7 @@ __all__ = ['IGNORE_INDEX', 'MASK_ID', 'mlm_corrupt', 'mlm_batch_fn', 'masked_cha
            'next_char_losses', 'fill_masks', 'speaker_chunks', 'SequenceClassifier', 'freeze_body',
            'finetune_classifier', 'classify']
 
-# %% ../nbs/11b_finetune.ipynb #1a98915f
+# %% ../nbs/11b_finetune.ipynb #a0a33907
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index: a target equal to it adds nothing to the loss
 MASK_ID = 65  # the [MASK] id of the character model: one past TinyShakespeare's 65 characters
 
@@ -62,7 +62,7 @@ def mlm_corrupt(token_ids: Tensor, # (B, T) int64 ids in [0, vocab_size)
     targets = torch.where(chosen, token_ids, IGNORE_INDEX)  # (B, T): the loss sees only M
     return corrupted, targets
 
-# %% ../nbs/11b_finetune.ipynb #4ecd7b78
+# %% ../nbs/11b_finetune.ipynb #2520d404
 def _check_corrupt_args(token_ids, mask_id, vocab_size, mask_rate, padding_mask) -> None:
     check_instance("token_ids", token_ids, Tensor)
     if token_ids.dtype != torch.int64: raise TypeError(f"token_ids must be int64, got dtype {token_ids.dtype}")
@@ -74,7 +74,7 @@ def _check_corrupt_args(token_ids, mask_id, vocab_size, mask_rate, padding_mask)
         raise ValueError(f"padding_mask must be a bool tensor of token_ids' shape {tuple(token_ids.shape)}, got "
                          f"{padding_mask.dtype} {tuple(padding_mask.shape)}")
 
-# %% ../nbs/11b_finetune.ipynb #3081c304
+# %% ../nbs/11b_finetune.ipynb #dbc6ffec
 def mlm_batch_fn(mask_id: int, # the [MASK] id
                  vocab_size: int, # V of the real tokens
                  mask_rate: float = 0.15, # BERT's 15%
@@ -97,7 +97,7 @@ def masked_char_model(progress: bool = True, # progress bar while training (firs
                       extra_ids=1)
     return load_model(path)
 
-# %% ../nbs/11b_finetune.ipynb #2ed8bc71
+# %% ../nbs/11b_finetune.ipynb #cfae7007
 @torch.no_grad()
 def masked_char_losses(model: GPT, # a bidirectional model (causal=False) trained with `mlm_corrupt`
                        data: Tensor, # (N_data,) int64 held-out ids
@@ -123,7 +123,7 @@ def next_char_losses(model: GPT, # a causal model
     logits = model(windows)[:, -1]  # (N, left, V) -> (N, V): the prediction after the last character
     return F.cross_entropy(logits.float(), data[positions], reduction="none")
 
-# %% ../nbs/11b_finetune.ipynb #b4d4f677
+# %% ../nbs/11b_finetune.ipynb #8f1ada96
 @torch.no_grad()
 def fill_masks(model: GPT, # a bidirectional model trained with `mlm_corrupt`
                token_ids: Tensor, # (B, T) int64 with `mask_id` at the holes
@@ -134,7 +134,7 @@ def fill_masks(model: GPT, # a bidirectional model trained with `mlm_corrupt`
     logits[..., mask_id] = -torch.inf  # never predict [MASK] itself
     return torch.where(token_ids == mask_id, logits.argmax(-1), token_ids)
 
-# %% ../nbs/11b_finetune.ipynb #1d6c62c5
+# %% ../nbs/11b_finetune.ipynb #12994238
 def speaker_chunks(text: str, # TinyShakespeare-formatted held-out text
                    tokenizer, # anything with `encode(str) -> list[int]`
                    n_speakers: int = 4, # the speakers with the most speeches of >= min_chars characters
@@ -166,7 +166,7 @@ def _as_tensors(items: list, tokenizer, n_chars: int) -> tuple[Tensor, Tensor, T
         token_ids[i, :len(ids)], padding_mask[i, :len(ids)] = torch.tensor(ids), True
     return token_ids, padding_mask, torch.tensor([label for _, label in items], dtype=torch.long)
 
-# %% ../nbs/11b_finetune.ipynb #33eb2c1b
+# %% ../nbs/11b_finetune.ipynb #d7835c62
 class SequenceClassifier(nn.Module):
     """A GPT body and a small randomly initialised prediction head (CS182 "Pre-training vs. fine-tuning"): class
     logits (B, n_classes) from the mean of the body's last hidden states over the real positions."""
@@ -200,7 +200,7 @@ def freeze_body(classifier: SequenceClassifier) -> SequenceClassifier:
     for p in classifier.body.parameters(): p.requires_grad_(False)
     return classifier
 
-# %% ../nbs/11b_finetune.ipynb #9d7b861f
+# %% ../nbs/11b_finetune.ipynb #741cb139
 def finetune_classifier(classifier: SequenceClassifier,
                         token_ids: Tensor, # (N, T) int64 training pieces
                         padding_mask: Tensor, # (N, T) bool, True = real token
