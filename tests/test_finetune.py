@@ -19,7 +19,7 @@ from transformerbook.finetune import (IGNORE_INDEX, SequenceClassifier, classify
                                       finetune_classifier, freeze_body, masked_char_losses, mlm_batch_fn,
                                       mlm_corrupt, next_char_losses, speaker_chunks)
 from transformerbook.lm_head import GPT, GPTConfig
-from transformerbook.multihead import KVCache
+from transformerbook.sampling import KVCache
 from transformerbook.sampling import beam_search, generate
 from transformerbook.tokenization import CharTokenizer
 from transformerbook.training import PRESETS, TrainConfig, cached_run, preset_configs, train

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from .evaluation import speeches
 from .lm_head import GPT
 from .training import baby_gpt_configs, cached_run, get_batch, load_model
-from .validation import check_in_interval, check_instance, check_positive_int
+from .validation import check_in_interval, check_instance, check_int_in_range, check_positive_int
 
 # %% auto #0
 __all__ = ['IGNORE_INDEX', 'MASK_ID', 'mlm_corrupt', 'mlm_batch_fn', 'masked_char_model', 'masked_char_losses',
@@ -67,8 +67,7 @@ def _check_corrupt_args(token_ids, mask_id, vocab_size, mask_rate, padding_mask)
     check_instance("token_ids", token_ids, Tensor)
     if token_ids.dtype != torch.int64: raise TypeError(f"token_ids must be int64, got dtype {token_ids.dtype}")
     check_positive_int("vocab_size", vocab_size)
-    if not isinstance(mask_id, int) or 0 <= mask_id < vocab_size:
-        raise ValueError(f"mask_id={mask_id!r} must be an int outside the real ids [0, vocab_size={vocab_size})")
+    check_int_in_range("mask_id", mask_id, vocab_size, hint=f"an id after the real ids [0, vocab_size={vocab_size})")
     check_in_interval("mask_rate", mask_rate, "[0, 1]")
     if padding_mask is not None and (padding_mask.dtype != torch.bool or padding_mask.shape != token_ids.shape):
         raise ValueError(f"padding_mask must be a bool tensor of token_ids' shape {tuple(token_ids.shape)}, got "
