@@ -6,6 +6,9 @@ torch's fused kernels (`GPTConfig(fused=True)`, the training path), and Hugging 
     python bench/bench_training.py --full            # the whole 2000-step anchor run (fused), with its validation loss
     python bench/bench_training.py --seeds 1 2 3     # the anchor once per seed: how much the final loss varies by seed
     python bench/bench_training.py --seeds 1 2 --peer  # ... and Hugging Face's GPT-2 trained the same way, same seeds
+
+Every call also times one AdamW step over the baby GPT's parameters two ways: torch's fused kernel (what
+`configure_optimizer` uses) against the per-parameter loop that `torch.optim.AdamW` runs on a CPU by default.
 """
 from __future__ import annotations
 
@@ -100,6 +103,23 @@ def seed_sweep(seeds: list[int], train_ids, val_ids, vocab_size: int, kinds: tup
                   f"max {t.max().item():.4f} over {len(xs)} seeds (nanoGPT reports 1.88 from one run)")
 
 
+def adamw_step_ms(model_cfg: GPTConfig, train_cfg, fused: bool, repeats: int = 7, steps: int = 20) -> float:
+    "Median milliseconds of one AdamW step over GPT(model_cfg)'s parameters (random gradients), fused or not."
+    torch.manual_seed(0)
+    model = GPT(model_cfg)
+    for p in model.parameters(): p.grad = torch.randn_like(p)
+    groups = configure_optimizer(model, train_cfg).param_groups
+    opt = torch.optim.AdamW([{k: v for k, v in g.items() if k in ("params", "weight_decay")} for g in groups],
+                            lr=train_cfg.learning_rate, betas=(train_cfg.beta1, train_cfg.beta2), fused=fused,
+                            foreach=False if not fused else None)
+    times = []
+    for _ in range(repeats + 1):  # the first round warms up (allocates the moments)
+        start = time.perf_counter()
+        for _ in range(steps): opt.step()
+        times.append((time.perf_counter() - start) / steps * 1e3)
+    return sorted(times[1:])[len(times[1:]) // 2]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100, help="timed steps per variant")
@@ -120,6 +140,8 @@ def main() -> None:
               f"(2000 steps ≈ {2000 / rates[kind]:.0f} s)", flush=True)
     print(f"  ratios: fused / book {rates['fused'] / rates['book']:.2f}x, "
           f"fused / HF GPT-2 {rates['fused'] / rates['hf']:.2f}x")
+    loop, fused = (adamw_step_ms(model_cfg, train_cfg, f) for f in (False, True))
+    print(f"  AdamW step: per-parameter loop {loop:.2f} ms, fused kernel {fused:.2f} ms: {loop / fused:.2f}x faster")
     if args.full:
         torch.manual_seed(train_cfg.seed)
         model = GPT(model_cfg)

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .data import DataUnavailableError, ChecksumError, train_val_split
+from .data import DataUnavailableError, ChecksumError, load_tinyshakespeare, train_val_split
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, TiktokenGPT2
 from .training import (CHECKPOINT_NAME, DATASETS, DTYPES, PREPARED_META, PRESETS, RESUMABLE,
@@ -117,11 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 # %% ../nbs/08a_cli.ipynb #1207593f
+_DATASET_TEXT = {"tinyshakespeare": load_tinyshakespeare}  # the text behind each name of DATASETS
+
 def _load_corpus(data: str, tokenizer: str) -> tuple:
     "(tokenizer, train_ids, val_ids, bytes per token of each split) for a data set, a text file or a prepared folder."
     path = Path(data)
     if data in DATASETS:
         tok, train_ids, val_ids = load_dataset(data, tokenizer)
+        texts = train_val_split(_DATASET_TEXT[data](), 0.9)  # the two texts `load_dataset` encoded
     elif path.is_dir():
         tok, train_ids, val_ids, meta = load_prepared(path)
         if meta["tokenizer"]["kind"] != tokenizer:
@@ -133,10 +136,12 @@ def _load_corpus(data: str, tokenizer: str) -> tuple:
         text = path.read_text(encoding="utf-8")
         if not text: raise ValueError(f"the corpus {path} is empty")
         tok = CharTokenizer().train(text) if tokenizer == "char" else TiktokenGPT2()
-        train_ids, val_ids = (torch.tensor(tok.encode(s), dtype=torch.long) for s in train_val_split(text, 0.9))
+        texts = train_val_split(text, 0.9)
+        train_ids, val_ids = (torch.tensor(tok.encode(s), dtype=torch.long) for s in texts)
     else:
         raise ValueError(f"unknown data set {data!r}: use one of {list(DATASETS)}, a text file or a prepared folder")
-    per_token = tuple(len(tok.decode(ids.tolist()).encode("utf-8")) / max(len(ids), 1) for ids in (train_ids, val_ids))
+    # bytes per token from the texts themselves: decoding a million ids back to text cost about a second a run
+    per_token = tuple(len(s.encode("utf-8")) / max(len(ids), 1) for s, ids in zip(texts, (train_ids, val_ids)))
     return tok, train_ids, val_ids, per_token
 
 def _given(args, names) -> dict:

@@ -88,7 +88,7 @@ def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores ove
     return (nll * keep).sum() / keep.sum()  # mean over kept positions (NaN if none is kept, like torch)
 
 # %% ../nbs/08_training.ipynb #7cadf844
-def get_batch(data: Tensor | np.ndarray, # (N,) integer token ids of a split: a tensor, or a `numpy.memmap` of a token file
+def get_batch(data: Tensor | np.ndarray, # (N,) integer token ids: a tensor, or a `numpy.memmap` of a token file
               batch_size: int, # B, number of windows
               context_length: int, # T, tokens per window
               generator: torch.Generator | None = None, # source of the random offsets (seeded => reproducible)
@@ -292,8 +292,8 @@ class TrainConfig:
             if not is_number(value):
                 raise TypeError(f"{name}={value!r} must be a number, not {type(value).__name__}")
             if not math.isfinite(value): raise ValueError(f"{name}={value!r} must be finite")
-        for name, low in (("max_iters", 1), ("batch_size", 1), ("warmup_iters", 0), ("eval_interval", 1), ("eval_iters", 1),
-                          ("grad_accum_steps", 1)):
+        for name, low in (("max_iters", 1), ("batch_size", 1), ("warmup_iters", 0), ("eval_interval", 1),
+                          ("eval_iters", 1), ("grad_accum_steps", 1)):
             check_int_in_range(name, getattr(self, name), low)
         if not self.learning_rate > 0: raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
         if not 0 <= self.min_lr <= self.learning_rate:
@@ -338,8 +338,8 @@ def lr_at(step: int, # optimizer step, counting from 0
 def configure_optimizer(model: nn.Module, train_cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on every parameter with dim >= 2 (weight matrices and embedding tables, as nanoGPT)
     and none on biases and LayerNorm gains (dim 1). A tied matrix is one parameter and appears once. On CPU and CUDA
-    it runs torch's fused AdamW kernel (`fused=True`: one pass over all parameters, the same update rule; on a CPU
-    about four times faster than the default loop over parameters, `bench/README.md`)."""
+    it runs torch's fused AdamW kernel (`fused=True`: one pass over all parameters, the same update rule; on this
+    book's CPU three to four times faster than the default loop over parameters, `bench/bench_training.py`)."""
     params = [p for p in model.parameters() if p.requires_grad]  # .parameters() already removes duplicates (tied E)
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train_cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -631,7 +631,8 @@ def train(model: GPT, # trained in place (on its own device)
     else:
         torch.manual_seed(train_cfg.seed + rank)  # dropout masks (on every device); each rank its own stream
     step_model = torch.compile(model) if train_cfg.compile else model
-    if world > 1: step_model = DistributedDataParallel(step_model, device_ids=[device.index] if device.type == "cuda" else None)
+    if world > 1:
+        step_model = DistributedDataParallel(step_model, device_ids=[device.index] if device.type == "cuda" else None)
     autocast = lambda: torch.autocast(device.type, dtype=DTYPES[train_cfg.dtype], enabled=train_cfg.dtype != "float32")
     model.train()
     bar = tqdm(total=train_cfg.max_iters, initial=min(start, train_cfg.max_iters), disable=not progress or rank > 0,
@@ -643,7 +644,8 @@ def train(model: GPT, # trained in place (on its own device)
                 rank_rng = _gather_rng(world)  # a collective: every rank takes part
                 if rank == 0:
                     with autocast():
-                        losses = estimate_loss(model, splits, train_cfg.batch_size, train_cfg.eval_iters, train_cfg.seed + 1)
+                        losses = estimate_loss(model, splits, train_cfg.batch_size, train_cfg.eval_iters,
+                                               train_cfg.seed + 1)
                     history.steps.append(step)
                     history.train_loss.append(losses["train"])
                     history.val_loss.append(losses["val"])
@@ -667,7 +669,8 @@ def train(model: GPT, # trained in place (on its own device)
                 with sync:
                     with autocast():
                         logits = step_model(token_ids[rows].to(device))  # (b, T, V)
-                        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[rows].to(device).flatten())  # eq. 10.51
+                        # eq. 10.51
+                        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[rows].to(device).flatten())
                     scaler.scale(loss / train_cfg.grad_accum_steps).backward()  # sums to the mean over the batch
                 loss_sum += loss.detach()
             step_loss = loss_sum / train_cfg.grad_accum_steps
@@ -675,8 +678,8 @@ def train(model: GPT, # trained in place (on its own device)
             if not torch.isfinite(step_loss):
                 kept = (f"the last good checkpoint (step {history.steps[-1]}) is kept in {ckpt_path}"
                         if ckpt_path is not None and history.steps else "no checkpoint was written")
-                raise TrainingDivergedError(f"the training loss became {step_loss.item()} at step {step} (lr={lr:.3g}); "
-                                            f"training stopped and {kept}. Try a lower learning rate.")
+                raise TrainingDivergedError(f"the training loss became {step_loss.item()} at step {step} "
+                                            f"(lr={lr:.3g}); training stopped and {kept}. Try a lower learning rate.")
             if train_cfg.grad_clip > 0:
                 scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
                 torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
