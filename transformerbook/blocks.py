@@ -217,10 +217,12 @@ class TransformerBlock(nn.Module):
                 layer_cache=None, # this layer's KV cache (`update(k, v) -> (k_all, v_all)`, chapter 7)
                 rotate=None, # (q, k) -> (q, k) applied inside attention (rotary positions), or None
                 validate_mask: bool = True, # False when the caller has checked the mask once for all layers
+                is_causal: bool = False, # True: `mask` is the plain causal mask (passed on to the attention)
                ) -> Tensor: # (B, T, D)
         """(B, T, D) -> (B, T, D): the block (J&M eqs. 10.24-10.31 post-norm, 10.38-10.43 pre-norm). Raises
         `TypeError`/`ValueError` for a bad x or mask and `ValueError` for a cache of another batch or model."""
-        attn = lambda h: self.attn(h, mask=mask, layer_cache=layer_cache, rotate=rotate, validate_mask=validate_mask)
+        attn = lambda h: self.attn(h, mask=mask, layer_cache=layer_cache, rotate=rotate, validate_mask=validate_mask,
+                                   is_causal=is_causal)
         if self.norm == "pre":
             x = x + attn(self.ln_1(x))  # J&M eqs. 10.38-10.40
             return x + self.mlp(self.ln_2(x))  # J&M eqs. 10.41-10.43

@@ -185,10 +185,11 @@ class GPT(nn.Module):
             cos, sin = self.rotary.cos_sin(position_ids)
             rotate = lambda q, k: (apply_rotary(q, cos.to(q.dtype), sin.to(q.dtype)),
                                    apply_rotary(k, cos.to(k.dtype), sin.to(k.dtype)))
+        plain_causal = self.config.causal and padding_mask is None and past == 0  # SDPA can apply this one itself
         states = [x]
         for i, block in enumerate(self.blocks):
             x = block(x, mask=mask, layer_cache=None if kv_cache is None else kv_cache.layers[i], rotate=rotate,
-                      validate_mask=False)  # (B, T, D); the mask was built and checked above
+                      validate_mask=False, is_causal=plain_causal)  # (B, T, D); the mask was built and checked above
             states.append(x)
         states[-1] = self.ln_f(x)
         return states

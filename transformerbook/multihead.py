@@ -99,6 +99,8 @@ class MultiHeadAttention(nn.Module):
                 layer_cache=None, # this layer's cache: `update(k, v)` appends the new keys/values, returns all
                 rotate: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None, # (q, k) -> (q, k): rotary
                 validate_mask: bool = True, # False when the caller (a GPT) has checked the mask once for all layers
+                is_causal: bool = False, # True: `mask` is the plain causal mask (T = S, no padding); the fused path
+                                         # then uses SDPA's built-in causal masking instead of reading the mask
                ) -> Tensor: # (B, T, D)
         """Attend over the T new positions (and the cached ones). `rotate` acts on the new queries and keys before
         they are cached (chapter 5's rotary embedding). Raises `TypeError`/`ValueError` for a bad x or mask."""
@@ -125,10 +127,11 @@ class MultiHeadAttention(nn.Module):
             k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (B, KV, S, Dh) -> (B, H, S, Dh)
             v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
         if self.fused:  # torch's kernel; with GQA it reads each key/value head for its query heads without copying
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+            causal = is_causal and k.shape[-2] == q.shape[-2]  # the kernel's own mask is the (T, T) lower triangle
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else mask, is_causal=causal,
                                                  dropout_p=self.dropout if self.training else 0.0,
                                                  **({"enable_gqa": True} if grouped and _SDPA_GQA else {}))
-            if mask is not None:  # a query with no allowed key outputs 0 (torch's SDPA too since 2.5; before, NaN)
+            if mask is not None and not causal:  # a query with no allowed key outputs 0 (SDPA too since torch 2.5)
                 out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         else:
             # (B, H, T, S); q, k and the mask were checked above (or by the GPT), so not again
