@@ -172,3 +172,27 @@ def test_bad_forward_input(fused, make_call, error, text):
     with pytest.raises(error) as err:
         make_call(mha, torch.randn(2, 5, 16))
     assert text in str(err.value)
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_is_causal_hint_gives_the_explicit_causal_masks_result(n_kv_heads):
+    "is_causal=True (SDPA's own causal masking) = the explicit (T, T) causal mask, on the fused and the plain path."
+    torch.manual_seed(0)
+    x = torch.randn(3, 7, 32, dtype=torch.float64)
+    for fused in (True, False):
+        mha = MultiHeadAttention(32, 4, n_kv_heads=n_kv_heads, fused=fused).double().eval()
+        want = mha(x, mask=causal_mask(7, 7))
+        torch.testing.assert_close(mha(x, mask=causal_mask(7, 7), is_causal=True), want)
+
+
+def test_gpt_uses_the_causal_hint_only_without_padding_or_cache():
+    from transformerbook.lm_head import GPT, GPTConfig
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50, context_length=16, d_model=32, n_heads=4, n_layers=2, fused=True)).eval()
+    seen = []
+    model.blocks[0].attn.register_forward_hook(lambda m, args, kwargs, out: seen.append(kwargs["is_causal"]),
+                                               with_kwargs=True)
+    ids = torch.randint(0, 50, (2, 9))
+    model(ids)
+    model(ids, padding_mask=torch.ones(2, 9, dtype=torch.bool))
+    assert seen == [True, False]
