@@ -32,6 +32,21 @@ def notebooks(paths: list[str]) -> list[Path]:
     return sorted(found)
 
 
+def drop_profiler_chatter(nb) -> None:
+    """Remove the `USDT:... profiler_start` / `profiler_stop` lines that torch's profiler (kineto, pytorch/kineto#1325)
+    writes to stderr from C++ on every `torch.profiler.profile`: they cannot be switched off and are not the cell's
+    output. Other stderr output is kept."""
+    for cell in nb.cells:
+        outs = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                text = "".join(line for line in out["text"].splitlines(keepends=True) if not line.startswith("USDT:"))
+                if not text: continue
+                out["text"] = text
+            outs.append(out)
+        if "outputs" in cell: cell["outputs"] = outs
+
+
 def execute(src: Path, dst: Path, timeout: int) -> tuple[str, float, str | None]:
     "Execute `src` (working directory = its folder) and write the result to `dst`; returns (name, seconds, error)."
     nb = nbformat.read(src, as_version=4)
@@ -48,6 +63,7 @@ def execute(src: Path, dst: Path, timeout: int) -> tuple[str, float, str | None]
         client.execute()
     except Exception as e:  # keep going: report every failing notebook, not only the first
         error = f"{type(e).__name__}: {str(e)[-2000:]}"
+    drop_profiler_chatter(nb)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_suffix(".ipynb.tmp")
     nbformat.write(nb, tmp)
