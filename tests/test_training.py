@@ -605,3 +605,12 @@ def test_cached_run_key_ignores_execution_settings_at_their_defaults():
     base = training.cached_run_dir("x", model_cfg, train_cfg, {})
     assert training.cached_run_dir("x", model_cfg, replace(train_cfg, compile=False), {}) == base
     assert training.cached_run_dir("x", model_cfg, replace(train_cfg, grad_accum_steps=2), {}) != base
+
+
+def test_cached_shakespeare_model_never_trains(tmp_path, monkeypatch):
+    "An empty cache gives None at once (no training, nothing written); a finished cached run is loaded."
+    from transformerbook.training import cached_shakespeare_model
+    monkeypatch.setenv("TRANSFORMERBOOK_CACHE", str(tmp_path))
+    assert cached_shakespeare_model("gpt2") is None and cached_shakespeare_model("char") is None
+    assert not any(tmp_path.rglob("*.pt"))
+    with pytest.raises(ValueError, match="tokenizer='bpe'"): cached_shakespeare_model("bpe")

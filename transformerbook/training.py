@@ -12,8 +12,8 @@ every evaluation) and returns a `TrainHistory`; a new run's settings come from `
 written from scratch. Execution (chapter 08b): `DTYPES` for mixed precision, `resolve_device`, `setup_distributed`,
 `batch_slice` and `check_batch_split` for data parallelism under torchrun. Recipes: `baby_gpt_configs()` (nanoGPT's CPU recipe),
 `preset_configs` (the `PRESETS`), `reference_band` / `outside_reference` (is my loss normal?), `bits_per_byte`;
-`shakespeare_model()` is a cached model trained with the baby GPT recipe and `cached_run(prefix, model_cfg,
-train_cfg, tokenizer, key_extra)` trains any GPT on TinyShakespeare once and caches it in
+`shakespeare_model()` is a cached model trained with the baby GPT recipe (`cached_shakespeare_model()` loads it only
+if it is already cached, never training it) and `cached_run(prefix, model_cfg, train_cfg, tokenizer, key_extra)` trains any GPT on TinyShakespeare once and caches it in
 `cached_run_dir(prefix, model_cfg, train_cfg, key_extra)`, a folder named by `model_cache.run_dir`.
 
 Docs: https://transformerbook.github.io/transformerbook/training.html.md"""
@@ -58,7 +58,8 @@ __all__ = ['DATASETS', 'PREPARED_META', 'DTYPES', 'CHECKPOINT_NAME', 'CHECKPOINT
            'TrainingDivergedError', 'checkpoint_file', 'TrainHistory', 'save_checkpoint', 'load_checkpoint',
            'load_model', 'resume_config', 'new_run_config', 'batch_slice', 'check_batch_split', 'train',
            'resolve_device', 'setup_distributed', 'baby_gpt_configs', 'preset_configs', 'bits_per_byte',
-           'reference_band', 'outside_reference', 'shakespeare_model', 'cached_run_dir', 'cached_run']
+           'reference_band', 'outside_reference', 'shakespeare_model', 'cached_shakespeare_model', 'cached_run_dir',
+           'cached_run']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
 def _is_integer_tensor(x) -> bool:
@@ -822,6 +823,16 @@ def shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
     model_cfg, train_cfg = _shakespeare_recipe(tokenizer)
     path = cached_run(f"shakespeare-{tokenizer}", model_cfg, train_cfg, tokenizer, {"tokenizer": tokenizer},
                                    progress, desc=f"training the {tokenizer} Shakespeare model (once)")
+    return load_model(path)
+
+def cached_shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
+                            ) -> tuple | None: # (GPT in eval mode, tokenizer), or None if not trained yet
+    """`shakespeare_model(tokenizer)` if a finished copy is already in the cache, else None: it never trains. For
+    builds that must stay short (the GPT-2-tokenizer model takes about a quarter of an hour on two CPU cores)."""
+    check_choice("tokenizer", tokenizer, ("char", "gpt2"))
+    model_cfg, train_cfg = _shakespeare_recipe(tokenizer)
+    path = cached_run_dir(f"shakespeare-{tokenizer}", model_cfg, train_cfg, {"tokenizer": tokenizer})/CHECKPOINT_NAME
+    if not path.is_file() or load_checkpoint(path)["step"] < train_cfg.max_iters: return None
     return load_model(path)
 
 _EXECUTION = {"grad_accum_steps": 1, "dtype": "float32", "compile": False}
