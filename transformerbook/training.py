@@ -828,7 +828,8 @@ def shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
 def cached_shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
                             ) -> tuple | None: # (GPT in eval mode, tokenizer), or None if not trained yet
     """`shakespeare_model(tokenizer)` if a finished copy is already in the cache, else None: it never trains. For
-    builds that must stay short (the GPT-2-tokenizer model takes about a quarter of an hour on two CPU cores)."""
+    builds that must stay short (the GPT-2-tokenizer model takes about a quarter of an hour on two CPU cores).
+    Raises `ValueError` for a tokenizer other than "char" or "gpt2"."""
     check_choice("tokenizer", tokenizer, ("char", "gpt2"))
     model_cfg, train_cfg = _shakespeare_recipe(tokenizer)
     path = cached_run_dir(f"shakespeare-{tokenizer}", model_cfg, train_cfg, {"tokenizer": tokenizer})/CHECKPOINT_NAME
