@@ -48,3 +48,29 @@ def test_the_model_module_does_not_know_about_hugging_face_loading():
     import transformerbook.lm_head as lm_head
     assert not hasattr(lm_head.GPT, "from_pretrained") and not hasattr(lm_head.GPTConfig, "from_hf")
     assert "pretrained" not in {m for _, m in metrics.imported_modules(ast.parse((PACKAGE / "lm_head.py").read_text()))}
+
+
+def _cell(source: str, kind: str = "code") -> dict:
+    return {"cell_type": kind, "source": source.splitlines(keepends=True)}
+
+
+def test_the_rhythm_rule_catches_long_cells_and_cells_without_examples():
+    "The rule itself can fail: a long exported cell, and two exported cells with only prose or hidden code between."
+    long_cell = _cell("#| export\n" + "x = 1\n" * metrics.MAX_EXPORT_LINES)
+    lengths, problems = metrics.notebook_rhythm([long_cell, _cell("x")])
+    assert lengths == [metrics.MAX_EXPORT_LINES + 1] and len(problems) == 1 and "over" in problems[0]
+    f, g = _cell("#| export\ndef f(): pass"), _cell("#| exporti\ndef _g(): pass")
+    prose, hidden, example = _cell("Now g.", "markdown"), _cell("#| hide\nf()"), _cell("test_eq(f(), None)")
+    assert len(metrics.notebook_rhythm([f, prose, hidden, g, example])[1]) == 1
+    assert metrics.notebook_rhythm([f, example, g, example])[1] == []
+    # exempt: an exported cell of imports only, and a folded guard right after the function it guards
+    imports = _cell("#| export\nimport torch\nfrom torch import nn")
+    guard = _cell("#| exporti\n#| code-fold: true\nx = 1")
+    assert metrics.notebook_rhythm([imports, f, guard, example, g, example])[1] == []
+
+
+@pytest.mark.parametrize("name", [p.name for p in metrics.chapter_notebooks(ROOT)])
+def test_notebook_rhythm(name):
+    "STYLE.md: export cells stay short, each followed by an example or a test the reader sees (issue 17)."
+    lengths, problems = metrics.rhythm(ROOT)[name]
+    assert not problems, "\n".join(problems)

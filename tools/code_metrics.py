@@ -12,6 +12,13 @@ Prints, for `transformerbook/*.py` (the generated modules, not `_modidx.py`):
   transformerbook.x`, anywhere in the file, lazy imports included), each marked forward or BACKWARD by the chapter
   order of the notebooks the modules are exported from (`CHAPTER_ORDER`).
 
+- the **notebook rhythm** of the chapters (`nbs/*.ipynb`; the checker appendices in `nbs/checks/` are tables of
+  known-wrong variants and are not counted): the exported code cells (`#| export`, `#| exporti`), their median length,
+  those over `MAX_EXPORT_LINES` lines (every line of the cell counts), and each exported cell that is followed by
+  another exported cell with no visible example or test between them (STYLE.md: "Export cells stay short ... each
+  followed by an example"). An exported cell of imports only, and a folded guard cell (`#| code-fold: true`, placed
+  right after the function it guards, CONTRIBUTING.md), need no example of their own.
+
 Run: `python tools/code_metrics.py [--root DIR]` (DIR defaults to this checkout; point it at a `git worktree` of an
 older commit to measure that commit). Repeated blocks are measured with the `duplicates` tool, not here.
 """
@@ -20,7 +27,9 @@ from __future__ import annotations
 import argparse
 import ast
 import io
+import json
 import re
+import statistics
 import tokenize
 from pathlib import Path
 
@@ -119,6 +128,57 @@ def guard_share(package_dir: Path) -> dict[str, tuple[int, int, int]]:
     return out
 
 
+MAX_EXPORT_LINES = 40
+_EXPORTED = re.compile(r"^#\|\s*export", re.M)
+_HIDDEN = re.compile(r"^#\|\s*hide\b", re.M)
+_FOLDED = re.compile(r"^#\|\s*code-fold:\s*true", re.M)
+_IMPORT = re.compile(r"(from \S+ )?import ")
+
+
+def _directives(source: str) -> str:
+    "The leading `#|` lines of a cell."
+    lines = []
+    for line in source.splitlines():
+        if line.startswith("#|"): lines.append(line)
+        elif line.strip(): break
+    return "\n".join(lines)
+
+
+def notebook_rhythm(cells: list[dict]) -> tuple[list[int], list[str]]:
+    """The line counts of the exported code cells of a notebook's `cells` (nbformat dicts), and its rhythm problems:
+    an exported cell over `MAX_EXPORT_LINES` lines, or one followed by another exported cell before any visible code."""
+    lengths, problems, waiting = [], [], None
+    code = [c for c in cells if c["cell_type"] == "code"]
+    for i, cell in enumerate(code):
+        source = "".join(cell["source"])
+        directives = _directives(source)
+        if not _EXPORTED.search(directives):
+            if not _HIDDEN.search(directives): waiting = None
+            continue
+        lines = source.splitlines()
+        first = next((s for s in lines if s.strip() and not s.startswith("#|")), "").strip()[:50]
+        lengths.append(len(lines))
+        if len(lines) > MAX_EXPORT_LINES:
+            problems.append(f"code cell {i} ({first}) is {len(lines)} lines, over {MAX_EXPORT_LINES}")
+        body = [s for s in lines if s.strip() and not s.lstrip().startswith("#")]
+        if _FOLDED.search(directives) or (body and all(_IMPORT.match(s) for s in body)): continue
+        if waiting is not None:
+            problems.append(f"code cell {waiting} is followed by exported code cell {i} ({first}) "
+                            "with no example between")
+        waiting = i
+    return lengths, problems
+
+
+def chapter_notebooks(root: Path) -> list[Path]:
+    "The chapters and their non-chapter companions (`nbs/*.ipynb`), without the checker appendices."
+    return sorted((root / "nbs").glob("*.ipynb"))
+
+
+def rhythm(root: Path) -> dict[str, tuple[list[int], list[str]]]:
+    "{notebook name: (exported cell lengths, problems)} over `chapter_notebooks(root)`."
+    return {p.name: notebook_rhythm(json.loads(p.read_text())["cells"]) for p in chapter_notebooks(root)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
@@ -137,6 +197,13 @@ def main():
           f"{len(backward)} backward")
     for importer, target, line, forward in arrows:
         print(f"  {importer}:{line} -> {target}" + ("" if forward else "   BACKWARD"))
+    books = rhythm(args.root)
+    lengths = [n for lens, _ in books.values() for n in lens]
+    problems = [f"{name}: {p}" for name, (_, probs) in books.items() for p in probs]
+    print(f"notebook rhythm (nbs/*.ipynb): {len(lengths)} exported code cells, median {statistics.median(lengths)} "
+          f"lines, {sum(n > MAX_EXPORT_LINES for n in lengths)} over {MAX_EXPORT_LINES} lines, "
+          f"{sum('no example' in p for p in problems)} followed by another exported cell with no example between")
+    for p in problems: print("  " + p)
 
 
 if __name__ == "__main__":
