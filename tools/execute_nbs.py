@@ -11,12 +11,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
+from filelock import FileLock
 from nbclient import NotebookClient
+
+# Kernels are started one at a time across the worker processes: two kernels started at the same moment could pick
+# the same free TCP ports, and one then sat idle with its client waiting (seen twice in `make book`, Session 5).
+START_LOCK = Path(tempfile.gettempdir()) / "transformerbook-kernel-start.lock"
 
 
 def notebooks(paths: list[str]) -> list[Path]:
@@ -60,7 +66,11 @@ def execute(src: Path, dst: Path, timeout: int) -> tuple[str, float, str | None]
                                              "--InlineBackend.figure_formats=retina"])
     error = None
     try:
-        client.execute()
+        with FileLock(START_LOCK):  # held until the kernel answers, so the next kernel's ports are chosen after
+            client.km = client.create_kernel_manager()
+            client.start_new_kernel()
+            client.start_new_kernel_client()  # waits for the kernel to be ready
+        client.execute()  # uses the kernel started above and shuts it down at the end
     except Exception as e:  # keep going: report every failing notebook, not only the first
         error = f"{type(e).__name__}: {str(e)[-2000:]}"
     drop_profiler_chatter(nb)
