@@ -1,0 +1,26 @@
+"`tools/execute_nbs.py`, the executor `make book` uses: two workers, kernels started one at a time, failures reported."
+from __future__ import annotations
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+import execute_nbs
+
+
+def _write(path, *sources):
+    nb = new_notebook(cells=[new_code_cell(s) for s in sources])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_two_workers_execute_every_notebook_and_report_the_failing_one(tmp_path, capsys):
+    nbs, out = tmp_path / "nbs", tmp_path / "out"
+    nbs.mkdir()
+    for i in range(3): _write(nbs / f"ok{i}.ipynb", f"print({i} * 7)")
+    _write(nbs / "bad.ipynb", "raise ValueError('boom')", "print('never')")
+    rc = execute_nbs.main([str(nbs), "--out", str(out), "--root", str(nbs), "--workers", "2", "--timeout", "60"])
+    assert rc == 1
+    for i in range(3):
+        assert nbformat.read(out / f"ok{i}.ipynb", 4).cells[0].outputs[0]["text"] == f"{i * 7}\n"
+    assert "ValueError" in capsys.readouterr().err and (out / "bad.ipynb").exists()
