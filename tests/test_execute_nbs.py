@@ -24,3 +24,11 @@ def test_two_workers_execute_every_notebook_and_report_the_failing_one(tmp_path,
     for i in range(3):
         assert nbformat.read(out / f"ok{i}.ipynb", 4).cells[0].outputs[0]["text"] == f"{i * 7}\n"
     assert "ValueError" in capsys.readouterr().err and (out / "bad.ipynb").exists()
+
+
+def test_in_place_a_failed_run_leaves_the_notebook_as_it_was(tmp_path, capsys):
+    "`make outputs` must never replace a notebook's saved outputs with a half-run copy."
+    path = _write(tmp_path / "bad.ipynb", "print('first')", "raise ValueError('boom')")
+    before = path.read_text()
+    assert execute_nbs.main([str(path), "--inplace", "--workers", "1", "--timeout", "60"]) == 1
+    assert path.read_text() == before and "left as it was" in capsys.readouterr().err

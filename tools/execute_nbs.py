@@ -74,6 +74,9 @@ def execute(src: Path, dst: Path, timeout: int) -> tuple[str, float, str | None]
     except Exception as e:  # keep going: report every failing notebook, not only the first
         error = f"{type(e).__name__}: {str(e)[-2000:]}"
     drop_profiler_chatter(nb)
+    if error and dst.resolve() == src.resolve():  # in place: a failed run keeps the notebook's saved outputs
+        dst = Path(tempfile.gettempdir()) / f"{src.stem}.failed.ipynb"
+        error += f"\n(the notebook was left as it was; the failed run is in {dst})"
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_suffix(".ipynb.tmp")
     nbformat.write(nb, tmp)
