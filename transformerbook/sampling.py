@@ -119,10 +119,12 @@ def warp_logits(logits: Tensor, # (..., V) float
 def _grown_buffers(k: Tensor | None, v: Tensor | None, # the old (B, H, capacity, Dh) buffers; None while empty
                    length: int, # positions cached in them
                    like: Tensor, # new keys (B, H, T, Dh): give B, H, Dh, dtype and device of the new buffers
-                   capacity: int, # positions the new buffers hold
+                   needed: int, # positions the new buffers must hold at least
+                   max_length: int | None, # the cache's reservation
                   ) -> tuple[Tensor, Tensor]: # (B, H, capacity, Dh) key and value buffers, first `length` filled
-    "Allocate longer key and value buffers and copy the `length` cached positions into them."
+    "Buffers of max(needed, max_length, twice the old capacity) positions, with the `length` cached ones copied in."
     B, H, _, Dh = like.shape
+    capacity = max(needed, max_length or 0, 2 * (0 if k is None else k.shape[2]))
     new_k, new_v = like.new_empty(B, H, capacity, Dh), like.new_empty(B, H, capacity, Dh)
     if length:
         new_k[:, :, :length], new_v[:, :, :length] = k[:, :, :length], v[:, :, :length]
@@ -140,8 +142,7 @@ class LayerKVCache:
     def __init__(self, max_length: int | None = None): # positions to reserve; None = those of the first update
         if max_length is not None: check_positive_int("max_length", max_length)
         self.max_length, self.length = max_length, 0  # length: positions cached so far, S
-        self._k: Tensor | None = None  # (B, H, capacity, Dh); positions length.. are unused
-        self._v: Tensor | None = None
+        self._k = self._v = None  # (B, H, capacity, Dh) each from the first update; positions length.. are unused
 
     def __len__(self) -> int: return self.length
 
@@ -161,9 +162,7 @@ class LayerKVCache:
         other, or do not match the cache's (B, H, ·, Dh), dtype or device; the cache is then left unchanged."""
         _check_kv_update(self._k, self.length, k, v)  # before anything is written
         start, end = self.length, self.length + k.shape[2]
-        if end > self.capacity:  # max(needed, max_length, twice the old capacity) positions
-            capacity = max(end, self.max_length or 0, 2 * self.capacity)
-            self._k, self._v = _grown_buffers(self._k, self._v, self.length, k, capacity)
+        if end > self.capacity: self._k, self._v = _grown_buffers(self._k, self._v, start, k, end, self.max_length)
         self._k[:, :, start:end] = k  # (B, H, T, Dh) into positions start..end-1 of (B, H, capacity, Dh)
         self._v[:, :, start:end] = v
         self.length = end
@@ -336,12 +335,11 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
              generator: torch.Generator | Sequence[torch.Generator] | None = None, # one per batch, or one per row
             ) -> Tensor: # (B, P + n) int64, left-padded: P = longest prompt, n <= max_new_tokens new tokens
     """Autoregressive generation (J&M 10.7–10.8): greedy (temperature=0) or sampling with temperature, top-k and
-    top-p applied in that order. Rows of different lengths are left-padded; pads are masked and skipped by the position
-    ids, so row b equals `generate` on prompt b alone (with `generator[b]` when sampling) up to its padding. Contexts
-    longer than `context_length` keep their last `context_length` tokens. Every argument is checked once, before the
-    loop. Raises `TypeError` if `token_ids` is a tensor of a non-integer dtype (e.g. float), `ValueError` for
-    max_new_tokens < 0, temperature < 0, top_k < 1, top_p outside (0, 1], an empty prompt, or token ids outside the
-    vocabulary."""
+    top-p applied in that order. Prompts of different lengths are left-padded, masked and skipped by the position ids,
+    so row b equals `generate` on prompt b alone (with `generator[b]` when sampling) up to its padding; contexts
+    longer than `context_length` keep their last `context_length` tokens. Arguments are checked once, before the
+    loop: `TypeError` for a tensor of non-integer `token_ids` (e.g. float), `ValueError` for max_new_tokens < 0,
+    temperature < 0, top_k < 1, top_p outside (0, 1], an empty prompt, or token ids outside the vocabulary."""
     cfg = model.config
     _check_generate_args(cfg, max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id)
     pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
