@@ -338,7 +338,7 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
     top-p applied in that order. Prompts of different lengths are left-padded, masked and skipped by the position ids,
     so row b equals `generate` on prompt b alone (with `generator[b]` when sampling) up to its padding; contexts
     longer than `context_length` keep their last `context_length` tokens. Arguments are checked once, before the
-    loop: `TypeError` for a tensor of non-integer `token_ids` (e.g. float), `ValueError` for max_new_tokens < 0,
+    loop: `TypeError` for `token_ids` of a non-integer dtype (e.g. float), `ValueError` for max_new_tokens < 0,
     temperature < 0, top_k < 1, top_p outside (0, 1], an empty prompt, or token ids outside the vocabulary."""
     cfg = model.config
     _check_generate_args(cfg, max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id)
