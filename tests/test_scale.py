@@ -162,7 +162,8 @@ def test_sharded_memory_matches_the_zero_paper():
 
 def test_gpt_n_params_without_allocating():
     cfg = GPTConfig(vocab_size=50257, context_length=1024, d_model=768, n_heads=12, n_layers=12)
-    assert gpt_n_params(cfg) == 124_439_808  # GPT-2 small, tied embeddings
+    with pytest.warns(DeprecationWarning, match="gpt_n_params is deprecated"):  # a deprecated alias of GPT.n_params
+        assert gpt_n_params(cfg) == 124_439_808  # GPT-2 small, tied embeddings
     assert mfu(1000, 6e6, 12e9) == pytest.approx(0.5)
 
 

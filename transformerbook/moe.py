@@ -38,22 +38,6 @@ __all__ = ['EXPERT_ACTIVATIONS', 'moe_param_counts', 'TopKRouter', 'make_expert'
            'copy_to_mixtral', 'expert_usage', 'load_balancing_loss', 'count_moe_params', 'use_moe',
            'collect_router_logits']
 
-# %% ../nbs/10_moe.ipynb #60fdc046
-def _check_top_k(top_k, n_experts: int) -> None:
-    check_positive_int("top_k", top_k)
-    if top_k > n_experts:
-        raise ValueError(f"top_k={top_k} is larger than n_experts={n_experts}: "
-                         "a token cannot visit more experts than exist")
-
-def _check_x(x, d_model: int, weight: Tensor) -> None:
-    "`TypeError` for a non-float tensor or one of another dtype than the weights, `ValueError` for a wrong last axis."
-    if not isinstance(x, Tensor) or not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point torch.Tensor, got "
-                        f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
-    if x.dim() < 1 or x.shape[-1] != d_model:
-        raise ValueError(f"last dimension of x must be d_model={d_model}, got shape {tuple(x.shape)}")
-    check_input_dtype(x, weight)
-
 # %% ../nbs/10_moe.ipynb #084beec5
 class TopKRouter(nn.Module):
     """Top-k router (notes eq. 19.18; Shazeer et al. 2017; Jiang et al. 2024): logits z = x W_g, probabilities
@@ -85,6 +69,22 @@ class TopKRouter(nn.Module):
             weights = weights / weights.sum(dim=-1, keepdim=True)  # (..., K), rows sum to 1
         return logits, weights, indices
 
+# %% ../nbs/10_moe.ipynb #debb5392
+def _check_top_k(top_k, n_experts: int) -> None:
+    check_positive_int("top_k", top_k)
+    if top_k > n_experts:
+        raise ValueError(f"top_k={top_k} is larger than n_experts={n_experts}: "
+                         "a token cannot visit more experts than exist")
+
+def _check_x(x, d_model: int, weight: Tensor) -> None:
+    "`TypeError` for a non-float tensor or one of another dtype than the weights, `ValueError` for a wrong last axis."
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point torch.Tensor, got "
+                        f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
+    if x.dim() < 1 or x.shape[-1] != d_model:
+        raise ValueError(f"last dimension of x must be d_model={d_model}, got shape {tuple(x.shape)}")
+    check_input_dtype(x, weight)
+
 # %% ../nbs/10_moe.ipynb #6ddc3ab3
 EXPERT_ACTIVATIONS = MLP_ACTIVATIONS  # an expert is any of chapter 4's feed-forward networks
 
@@ -96,6 +96,31 @@ def make_expert(d_model: int, # model width D
                ) -> nn.Module: # (..., D) -> (..., D)
     "One expert: chapter 4's `make_mlp` with Mixtral's defaults (SwiGLU, no biases). `ValueError` for other names."
     return make_mlp(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+
+# %% ../nbs/10_moe.ipynb #4abcbea3
+def _group_by_expert(indices: Tensor, # (N, K) int64, the experts each token chose
+                     n_experts: int, # E
+                    ) -> tuple[Tensor, Tensor, list[int]]: # order and token_of (N·K,) int64; counts, E block sizes
+    "Sort the N·K (token, choice) assignments by expert: `order`, the token of each sorted one, and E block sizes."
+    flat_experts = indices.flatten()  # (N·K,) the expert of each (token, choice) assignment
+    order = flat_experts.argsort(stable=True)  # (N·K,) assignments grouped by expert
+    counts = torch.bincount(flat_experts, minlength=n_experts).tolist()  # E block sizes
+    return order, order // indices.shape[-1], counts  # token_of: assignment a belongs to token order[a] // K
+
+# %% ../nbs/10_moe.ipynb #9de97fc3
+def _mix_experts(x: Tensor, # (N, D) tokens
+                 weights: Tensor, # (N, K) the router's mixing weights
+                 indices: Tensor, # (N, K) int64, the experts each token chose
+                 experts: Sequence[nn.Module], # E experts, each (n, D) -> (n, D)
+                ) -> Tensor: # (N, D), x's dtype: y_n = Σ_k weights[n, k] · experts[indices[n, k]](x_n)
+    "Eq. 19.18 for all tokens at once: each expert runs once, on the tokens that chose it."
+    order, token_of, counts = _group_by_expert(indices, len(experts))
+    blocks = x[token_of].split(counts)  # E tensors (n_e, D)
+    outs = [expert(block) for expert, block, n in zip(experts, blocks, counts) if n]  # (n_e, D) each
+    y_sorted = torch.cat(outs) * weights.flatten()[order, None]  # (N·K, D) * (N·K, 1): weighted outputs
+    y = torch.zeros(x.shape, dtype=y_sorted.dtype, device=x.device)  # (N, D)
+    y.index_add_(0, token_of, y_sorted)  # each token sums its k weighted expert outputs
+    return y.to(x.dtype)
 
 # %% ../nbs/10_moe.ipynb #dc0f44bc
 class MoEFeedForward(nn.Module):
@@ -127,22 +152,11 @@ class MoEFeedForward(nn.Module):
         expert into one batch. `TypeError` for a non-float x or a dtype other than the weights', `ValueError` for a
         last dimension other than d_model."""
         _check_x(x, self.d_model, self.router.gate.weight)
-        shape, K = x.shape, self.top_k
-        x = x.reshape(-1, self.d_model)  # (..., D) -> (N, D)
-        logits, weights, indices = self.router(x)  # (N, E), (N, K) float32, (N, K)
+        logits, weights, indices = self.router(x.reshape(-1, self.d_model))  # (N, E), (N, K) float32, (N, K)
         self.router_logits = logits
-        flat_experts = indices.flatten()  # (N·K,) the expert of each (token, choice) assignment
-        order = flat_experts.argsort(stable=True)  # (N·K,) assignments grouped by expert
-        token_of = order // K  # (N·K,) the token of each sorted assignment
-        counts = torch.bincount(flat_experts, minlength=self.n_experts).tolist()  # E block sizes
-        blocks = x[token_of].split(counts)  # E tensors (n_e, D)
-        outs = [expert(block) for expert, block, n in zip(self.experts, blocks, counts) if n]  # (n_e, D) each
-        y_sorted = torch.cat(outs) * weights.flatten()[order, None]  # (N·K, D) * (N·K, 1): weighted outputs
-        y = torch.zeros(x.shape, dtype=y_sorted.dtype, device=x.device)  # (N, D)
-        y.index_add_(0, token_of, y_sorted)  # each token sums its k weighted expert outputs
-        return y.to(x.dtype).reshape(shape)  # (N, D) -> (..., D)
+        return _mix_experts(x.reshape(-1, self.d_model), weights, indices, self.experts).reshape(x.shape)
 
-# %% ../nbs/10_moe.ipynb #d795d892
+# %% ../nbs/10_moe.ipynb #84940154
 def _mixtral_experts(block: nn.Module) -> tuple[nn.Module, bool]:
     "The experts of a HF `MixtralSparseMoeBlock` and whether they are fused (transformers >= 5) or a list of w1/w2/w3."
     experts = getattr(block, "experts", None)
@@ -153,16 +167,7 @@ def _mixtral_experts(block: nn.Module) -> tuple[nn.Module, bool]:
     raise TypeError(f"expected a Hugging Face MixtralSparseMoeBlock, "
                     f"got {type(block).__name__} without Mixtral experts")
 
-def _check_mixtral_shapes(moe: MoEFeedForward, block: nn.Module) -> None:
-    bias = any(m.bias is not None for m in moe.experts.modules() if isinstance(m, nn.Linear))
-    if moe.activation != "swiglu" or bias:
-        raise ValueError(f"Mixtral's experts are SwiGLU without biases; this MoEFeedForward has activation="
-                         f"{moe.activation!r} and bias={bias}")
-    E, D = block.gate.weight.shape
-    if (E, D) != (moe.n_experts, moe.d_model) or block.top_k != moe.top_k:
-        raise ValueError(f"the Mixtral block has n_experts={E}, d_model={D}, top_k={block.top_k}; this MoEFeedForward "
-                         f"has n_experts={moe.n_experts}, d_model={moe.d_model}, top_k={moe.top_k}")
-
+# %% ../nbs/10_moe.ipynb #9a9d4467
 @torch.no_grad()
 def copy_from_mixtral(moe: MoEFeedForward, # receives the weights (SwiGLU experts, no bias)
                       block: nn.Module, # a transformers `MixtralSparseMoeBlock`
@@ -182,6 +187,18 @@ def copy_from_mixtral(moe: MoEFeedForward, # receives the weights (SwiGLU expert
         ours.w2.weight.copy_(w2)
     return moe
 
+# %% ../nbs/10_moe.ipynb #5fb32fcf
+def _check_mixtral_shapes(moe: MoEFeedForward, block: nn.Module) -> None:
+    bias = any(m.bias is not None for m in moe.experts.modules() if isinstance(m, nn.Linear))
+    if moe.activation != "swiglu" or bias:
+        raise ValueError(f"Mixtral's experts are SwiGLU without biases; this MoEFeedForward has activation="
+                         f"{moe.activation!r} and bias={bias}")
+    E, D = block.gate.weight.shape
+    if (E, D) != (moe.n_experts, moe.d_model) or block.top_k != moe.top_k:
+        raise ValueError(f"the Mixtral block has n_experts={E}, d_model={D}, top_k={block.top_k}; this MoEFeedForward "
+                         f"has n_experts={moe.n_experts}, d_model={moe.d_model}, top_k={moe.top_k}")
+
+# %% ../nbs/10_moe.ipynb #d795d892
 @torch.no_grad()
 def copy_to_mixtral(moe: MoEFeedForward, # the source (SwiGLU experts, no bias)
                     block: nn.Module, # a transformers `MixtralSparseMoeBlock`, overwritten in place
@@ -220,6 +237,7 @@ def expert_usage(indices: Tensor, # (..., K) int64, the experts chosen for each 
     counts = torch.bincount(indices.flatten(), minlength=n_experts)  # (E,) assignments per expert
     return counts.float() / n_tokens
 
+# %% ../nbs/10_moe.ipynb #f1632a0f
 def load_balancing_loss(router_logits: Tensor | Sequence[Tensor], # (..., E) float, or one such tensor per layer
                         top_k: int, # K, experts per token
                        ) -> Tensor: # () float32: E · Σ_i f_i P_i; equals top_k for perfectly even routing

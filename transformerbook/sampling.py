@@ -25,8 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from .masking import make_padding_mask
-from .validation import (check_in_interval, check_int_in_range, check_nonnegative_int, check_positive_int,
-                                        check_positive_ints, check_positive_number, is_number)
+from .validation import (check_in_interval, check_int_in_range, check_nonnegative_int,
+                                        check_positive_int, check_positive_ints, check_positive_number, is_number)
 
 # %% auto #0
 __all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'LayerKVCache', 'KVCache',
@@ -115,62 +115,58 @@ def warp_logits(logits: Tensor, # (..., V) float
     if top_p is not None: logits = top_p_filter(logits, top_p)
     return logits
 
+# %% ../nbs/07_sampling.ipynb #b0b711ad
+def _grown_buffers(k: Tensor | None, v: Tensor | None, # the old (B, H, capacity, Dh) buffers; None while empty
+                   length: int, # positions cached in them
+                   like: Tensor, # new keys (B, H, T, Dh): give B, H, Dh, dtype and device of the new buffers
+                   needed: int, # positions the new buffers must hold at least
+                   max_length: int | None, # the cache's reservation
+                  ) -> tuple[Tensor, Tensor]: # (B, H, capacity, Dh) key and value buffers, first `length` filled
+    "Buffers of max(needed, max_length, twice the old capacity) positions, with the `length` cached ones copied in."
+    B, H, _, Dh = like.shape
+    capacity = max(needed, max_length or 0, 2 * (0 if k is None else k.shape[2]))
+    new_k, new_v = like.new_empty(B, H, capacity, Dh), like.new_empty(B, H, capacity, Dh)
+    if length:
+        new_k[:, :, :length], new_v[:, :, :length] = k[:, :, :length], v[:, :, :length]
+    return new_k, new_v
+
 # %% ../nbs/07_sampling.ipynb #kvcode01
 class LayerKVCache:
     """Keys and values of one attention layer during generation (CS182 KV-cache slides), in buffers allocated ahead.
 
-    `update(k, v)` writes the T new positions' (B, H, T, Dh) keys and values after the S cached ones and returns views
-    of all of them, (B, H, S + T, Dh): nothing already cached is copied. The buffers are allocated at the first update
-    (its B, H, Dh, dtype and device) with room for `max_length` positions; a cache that outgrows them moves to buffers
-    twice as long, so an unknown final length still costs O(1) copies per position on average."""
+    `update(k, v)` writes the new positions after the cached ones and returns views of all of them: nothing already
+    cached is copied. The buffers are allocated at the first update (its B, H, Dh, dtype and device) with room for
+    `max_length` positions; a cache that outgrows them moves to buffers twice as long, so an unknown final length
+    still costs O(1) copies per position on average. `k` and `v` are (B, H, S, Dh) views of the cached keys and
+    values (None before the first update), `capacity` the positions the buffers hold before they must grow."""
     def __init__(self, max_length: int | None = None): # positions to reserve; None = those of the first update
         if max_length is not None: check_positive_int("max_length", max_length)
         self.max_length, self.length = max_length, 0  # length: positions cached so far, S
-        self._k: Tensor | None = None  # (B, H, capacity, Dh); positions length.. are unused
-        self._v: Tensor | None = None
+        self._k = self._v = None  # (B, H, capacity, Dh) each from the first update; positions length.. are unused
 
     def __len__(self) -> int: return self.length
 
     @property
-    def k(self) -> Tensor | None:
-        "The cached keys, a (B, H, S, Dh) view of the buffer (None before the first update)."
-        return None if self._k is None else self._k[:, :, :self.length]
-
+    def k(self) -> Tensor | None: return None if self._k is None else self._k[:, :, :self.length]
     @property
-    def v(self) -> Tensor | None:
-        "The cached values, a (B, H, S, Dh) view of the buffer (None before the first update)."
-        return None if self._v is None else self._v[:, :, :self.length]
-
+    def v(self) -> Tensor | None: return None if self._v is None else self._v[:, :, :self.length]
     @property
-    def capacity(self) -> int:
-        "Positions the buffers can hold before they must grow."
-        return 0 if self._k is None else self._k.shape[2]
+    def capacity(self) -> int: return 0 if self._k is None else self._k.shape[2]
 
     def update(self,
                k: Tensor, # (B, H, T, Dh) keys of the T new positions
                v: Tensor, # (B, H, T, Dh) their values
               ) -> tuple[Tensor, Tensor]: # all cached keys and values, each (B, H, S, Dh) with S = previous length + T
-        """Write k and v after the cached positions and return views of every cached key and value.
-
-        Raises `TypeError` if k or v is not a tensor, and `ValueError` naming the shapes if they are not 4-D, differ
-        from each other, or do not match the cache's (B, H, ·, Dh), dtype or device; the cache is then left
-        unchanged."""
+        """Write k and v after the cached positions and return views of every cached key and value. Raises
+        `TypeError` if k or v is not a tensor, and `ValueError` naming the shapes if they are not 4-D, differ from each
+        other, or do not match the cache's (B, H, ·, Dh), dtype or device; the cache is then left unchanged."""
         _check_kv_update(self._k, self.length, k, v)  # before anything is written
         start, end = self.length, self.length + k.shape[2]
-        if end > self.capacity: self._grow(k, end)
+        if end > self.capacity: self._k, self._v = _grown_buffers(self._k, self._v, start, k, end, self.max_length)
         self._k[:, :, start:end] = k  # (B, H, T, Dh) into positions start..end-1 of (B, H, capacity, Dh)
         self._v[:, :, start:end] = v
         self.length = end
         return self._k[:, :, :end], self._v[:, :, :end]  # views: (B, H, S, Dh)
-
-    def _grow(self, like: Tensor, needed: int) -> None:
-        "Move to buffers of max(needed, max_length, twice the old capacity) positions."
-        B, H, _, Dh = like.shape
-        capacity = max(needed, self.max_length or 0, 2 * self.capacity)
-        k, v = like.new_empty(B, H, capacity, Dh), like.new_empty(B, H, capacity, Dh)
-        if self.length:
-            k[:, :, :self.length], v[:, :, :self.length] = self.k, self.v
-        self._k, self._v = k, v
 
 # %% ../nbs/07_sampling.ipynb #kvcheck1
 def _check_kv_update(buffer: Tensor | None, # a LayerKVCache's (B, H, capacity, Dh) key buffer, None while empty
@@ -271,6 +267,59 @@ def _as_left_padded(token_ids, # list of ids, list of lists, (T,) or (B, T) inte
     P = int(n_real.max())
     return ids[:, -P:].masked_fill(~mask[:, -P:], pad_token_id), mask[:, -P:]
 
+# %% ../nbs/07_sampling.ipynb #04c25a2a
+def _generation_buffers(prompt: Tensor, # (B, P) int64 left-padded prompts
+                        prompt_mask: Tensor, # (B, P) bool, True = real token
+                        max_new_tokens: int, # n, the columns to reserve after the prompt
+                        pad: int, # the id the unwritten columns hold
+                       ) -> tuple[Tensor, Tensor, Tensor, Tensor]: # ids, mask, positions (B, P + n); finished (B,)
+    "The token buffer, its padding mask and position ids, and the finished-row flags, allocated once."
+    B, P = prompt.shape
+    ids = prompt.new_full((B, P + max_new_tokens), pad)  # every column the loop will write
+    ids[:, :P] = prompt
+    mask = torch.ones_like(ids, dtype=torch.bool)  # True = real token; generated tokens are all real
+    mask[:, :P] = prompt_mask
+    positions = _position_ids(mask)  # a prefix of the mask gives the same numbers
+    return ids, mask, positions, torch.zeros(B, dtype=torch.bool, device=ids.device)
+
+# %% ../nbs/07_sampling.ipynb #72f960ed
+def _next_logits(model: nn.Module, # a `GPT`
+                 ids: Tensor, mask: Tensor, positions: Tensor, # (B, P + n) buffers of `_generation_buffers`
+                 N: int, # columns filled so far; the logits are those of column N - 1's next token
+                 cache: KVCache | None, # the cache of the previous step; None at the first
+                 padded: bool, # whether any prompt is padded (else no padding mask is needed)
+                 use_kv_cache: bool,
+                ) -> tuple[Tensor, KVCache | None]: # (B, V) logits, and the cache for the next step
+    "One model call for the next token: the newest column against the cache, or the last min(N, C) from scratch."
+    C = model.config.context_length
+    if use_kv_cache and cache is not None and N <= C:  # the cache holds columns 0..N-2: feed the newest
+        x, pos, m = ids[:, N - 1:N], positions[:, N - 1:N], mask[:, :N]  # (B, 1), (B, 1), (B, N)
+    else:  # first step, no cache, or the window is full: (re)compute the last min(N, C) columns
+        x, m = ids[:, max(0, N - C):N], mask[:, max(0, N - C):N]  # (B, min(N, C))
+        pos = positions[:, :N] if N <= C else _position_ids(m)  # past the window, count from its start
+        cache = KVCache(model.config.n_layers, max_length=min(ids.shape[1] - 1, C)) if use_kv_cache else None
+    h = model.residual_stream(x, padding_mask=m if padded else None, position_ids=pos, kv_cache=cache,
+                              validate=False)[-1][:, -1]  # (B, D): the last position
+    return model.lm_head(h), cache  # (B, V): the unembedding for the one position we sample
+
+# %% ../nbs/07_sampling.ipynb #81239c14
+def _next_token(logits: Tensor, # (B, V) float
+                temperature: float, top_k: int | None, top_p: float | None, # as `generate`'s
+                generator: torch.Generator | Sequence[torch.Generator] | None,
+               ) -> Tensor: # (B,) int64 token ids, on the device of `logits`
+    "Greedy (temperature 0, J&M eq. 10.46) or a draw from the warped distribution (eqs. 10.47–10.49)."
+    if temperature == 0: return logits.argmax(-1)
+    return sample_from_logits(warp_logits(logits, temperature, top_k, top_p), generator).to(logits.device)
+
+# %% ../nbs/07_sampling.ipynb #e58b1b74
+def _retire_finished(next_ids: Tensor, # (B,) the tokens just picked
+                     finished: Tensor, # (B,) bool, rows finished before this step
+                     eos_token_id: int, pad: int,
+                    ) -> tuple[Tensor, Tensor]: # (B,) the tokens to write, and (B,) the rows finished after them
+    "Finished rows receive `pad` instead of their token; a row that emits `eos_token_id` is finished from now on."
+    next_ids = next_ids.masked_fill(finished, pad)
+    return next_ids, finished | (next_ids == eos_token_id)
+
 # %% ../nbs/07_sampling.ipynb #cca6bc3d
 @torch.no_grad()
 def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_stream` and `lm_head`)
@@ -286,15 +335,34 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
              generator: torch.Generator | Sequence[torch.Generator] | None = None, # one per batch, or one per row
             ) -> Tensor: # (B, P + n) int64, left-padded: P = longest prompt, n <= max_new_tokens new tokens
     """Autoregressive generation (J&M 10.7–10.8): greedy (temperature=0) or sampling with temperature, top-k and
-    top-p applied in that order.
-
-    Rows of different lengths are left-padded; pads are masked and skipped by the position ids, so row b equals
-    `generate` on prompt b alone (with `generator[b]` when sampling) up to its padding. Contexts longer than
-    `context_length` keep their last `context_length` tokens. Every argument is checked once, before the loop, which
-    then calls the model with `validate=False`. Raises `TypeError` if `token_ids` is a tensor of a non-integer dtype
-    (e.g. float), `ValueError` for max_new_tokens < 0, temperature < 0, top_k < 1, top_p outside (0, 1], an empty
-    prompt, or token ids outside the vocabulary."""
+    top-p applied in that order. Prompts of different lengths are left-padded, masked and skipped by the position ids,
+    so row b equals `generate` on prompt b alone (with `generator[b]` when sampling) up to its padding; contexts
+    longer than `context_length` keep their last `context_length` tokens. Arguments are checked once, before the
+    loop: `TypeError` for `token_ids` of a non-integer dtype (e.g. float), `ValueError` for max_new_tokens < 0,
+    temperature < 0, top_k < 1, top_p outside (0, 1], an empty prompt, or token ids outside the vocabulary."""
     cfg = model.config
+    _check_generate_args(cfg, max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id)
+    pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
+    prompt, prompt_mask = _as_left_padded(token_ids, lengths, cfg.vocab_size, pad, next(model.parameters()).device)
+    ids, mask, positions, finished = _generation_buffers(prompt, prompt_mask, max_new_tokens, pad)  # (B, P + n), (B,)
+    padded = not bool(prompt_mask.all())  # one host sync, here rather than at every step
+    cache, was_training, N = None, model.training, prompt.shape[1]  # N: columns filled so far
+    model.eval()  # no dropout while generating
+    try:
+        for _ in range(max_new_tokens):
+            logits, cache = _next_logits(model, ids, mask, positions, N, cache, padded, use_kv_cache)  # (B, V)
+            next_ids = _next_token(logits, temperature, top_k, top_p, generator)  # (B,)
+            if eos_token_id is not None: next_ids, finished = _retire_finished(next_ids, finished, eos_token_id, pad)
+            ids[:, N] = next_ids  # (B,) into column N
+            N += 1
+            if eos_token_id is not None and finished.all(): break
+    finally:
+        model.train(was_training)
+    return ids[:, :N].contiguous()  # (B, N): a copy only if generation stopped early
+
+# %% ../nbs/07_sampling.ipynb #80b97875
+def _check_generate_args(cfg, max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id) -> None:
+    "`generate`'s checks of everything but the prompts (`_as_left_padded` checks those), made once before the loop."
     if not getattr(cfg, "causal", True): raise ValueError("generate needs a causal model; this one has causal=False")
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 0")
@@ -305,43 +373,27 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
     for name, tok in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
         if tok is not None and not (isinstance(tok, int) and 0 <= tok < cfg.vocab_size):
             raise ValueError(f"{name}={tok!r} is outside [0, vocab_size={cfg.vocab_size})")
-    pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
-    device = next(model.parameters()).device
-    prompt, prompt_mask = _as_left_padded(token_ids, lengths, cfg.vocab_size, pad, device)  # (B, P), (B, P)
-    (B, P), C = prompt.shape, cfg.context_length
-    ids = prompt.new_full((B, P + max_new_tokens), pad)  # (B, P + n): every column the loop will write, allocated once
-    ids[:, :P] = prompt
-    mask = torch.ones_like(ids, dtype=torch.bool)  # (B, P + n) True = real token; generated tokens are all real
-    mask[:, :P] = prompt_mask
-    padded = not bool(prompt_mask.all())  # one host sync, here rather than at every step
-    positions = _position_ids(mask)  # (B, P + n); a prefix of the mask gives the same numbers
-    finished = torch.zeros(B, dtype=torch.bool, device=device)
-    cache, was_training, N = None, model.training, P  # N: columns filled so far
-    model.eval()  # no dropout while generating
-    try:
-        for _ in range(max_new_tokens):
-            if use_kv_cache and cache is not None and N <= C:  # the cache holds columns 0..N-2: feed the newest
-                x, pos, m = ids[:, N - 1:N], positions[:, N - 1:N], mask[:, :N]  # (B, 1), (B, 1), (B, N)
-            else:  # first step, no cache, or the window is full: (re)compute the last min(N, C) columns
-                x, m = ids[:, max(0, N - C):N], mask[:, max(0, N - C):N]  # (B, min(N, C))
-                pos = positions[:, :N] if N <= C else _position_ids(m)  # past the window, count from its start
-                cache = KVCache(cfg.n_layers, max_length=min(P + max_new_tokens - 1, C)) if use_kv_cache else None
-            h = model.residual_stream(x, padding_mask=m if padded else None, position_ids=pos, kv_cache=cache,
-                                      validate=False)[-1][:, -1]  # (B, D): the last position; inputs checked above
-            logits = model.lm_head(h)  # (B, V): the unembedding, V·D multiply-adds, for the one position we sample
-            if temperature == 0:
-                next_ids = logits.argmax(-1)  # (B,) greedy, J&M eq. 10.46
-            else:
-                next_ids = sample_from_logits(warp_logits(logits, temperature, top_k, top_p), generator).to(device)
-            if eos_token_id is not None:
-                next_ids = next_ids.masked_fill(finished, pad)  # finished rows only receive padding
-                finished |= next_ids == eos_token_id
-            ids[:, N] = next_ids  # (B,) into column N
-            N += 1
-            if eos_token_id is not None and finished.all(): break
-    finally:
-        model.train(was_training)
-    return ids[:, :N].contiguous()  # (B, N): a copy only if generation stopped early
+
+# %% ../nbs/07_sampling.ipynb #bffbba9f
+def _encode_continuations(tokenizer, prompt: str, continuations: Sequence[str], # as `score_continuations`'
+                          context_length: int, # C, the longest sequence the model takes
+                         ) -> tuple[list[list[int]], list[int]]: # prompt + continuation ids, and where each c starts
+    "Encode x c for every candidate c, cropping x from the left to fit C; checks as `score_continuations` says."
+    if isinstance(continuations, str):
+        raise TypeError(f"continuations must be a list of strings, got the single string {continuations!r}")
+    x = tokenizer.encode(prompt)
+    if not x: raise ValueError(f"prompt={prompt!r} encodes to no tokens: nothing to condition on")
+    seqs, starts = [], []
+    for c in continuations:
+        ids = tokenizer.encode(c)
+        if not ids: raise ValueError(f"continuation {c!r} encodes to no tokens")
+        if len(ids) >= context_length:
+            raise ValueError(f"continuation {c!r} has {len(ids)} tokens; at most context_length - 1 = "
+                             f"{context_length - 1} fit")
+        seq = (x + ids)[-context_length:]  # crop the prompt from the left
+        seqs.append(seq)
+        starts.append(len(seq) - len(ids))
+    return seqs, starts
 
 # %% ../nbs/07_sampling.ipynb #d33316c0
 @torch.no_grad()
@@ -355,20 +407,7 @@ def score_continuations(model: nn.Module, # a `GPT`
     The prompt is cropped from the left if prompt + continuation exceeds the context. Raises `TypeError` if
     `continuations` is a single string, `ValueError` for an empty prompt or continuation, or a continuation that
     does not fit in the context."""
-    if isinstance(continuations, str):
-        raise TypeError(f"continuations must be a list of strings, got the single string {continuations!r}")
-    x = tokenizer.encode(prompt)
-    if not x: raise ValueError(f"prompt={prompt!r} encodes to no tokens: nothing to condition on")
-    C = model.config.context_length
-    seqs, starts = [], []
-    for c in continuations:
-        ids = tokenizer.encode(c)
-        if not ids: raise ValueError(f"continuation {c!r} encodes to no tokens")
-        if len(ids) >= C:
-            raise ValueError(f"continuation {c!r} has {len(ids)} tokens; at most context_length - 1 = {C - 1} fit")
-        seq = (x + ids)[-C:]  # crop the prompt from the left
-        seqs.append(seq)
-        starts.append(len(seq) - len(ids))
+    seqs, starts = _encode_continuations(tokenizer, prompt, continuations, model.config.context_length)
     if not seqs: return torch.empty(0)
     device = next(model.parameters()).device
     L = max(len(s) for s in seqs)
@@ -450,9 +489,45 @@ def perplexity(model: nn.Module, # a `GPT`
         model.train(was_training)
     return math.exp(nll[prompt_length:].mean().item())
 
-# %% ../nbs/07_sampling.ipynb #dd569767
-_EARLY_STOPPING = (False, True, "never")
+# %% ../nbs/07_sampling.ipynb #4d24b0fb
+class _Finished:
+    "The K best finished hypotheses, best first (Hugging Face keeps the same list per prompt)."
+    def __init__(self, K: int): self.K, self.seqs, self.scores = K, [], torch.empty(0)
 
+    def add(self, seqs: Tensor, scores: Tensor) -> None: # (m, L) int64 and (m,) float32 penalised scores
+        all_seqs, all_scores = self.seqs + list(seqs), torch.cat([self.scores, scores.cpu()])
+        keep = torch.sort(all_scores, descending=True, stable=True).indices[:self.K]
+        self.seqs, self.scores = [all_seqs[i] for i in keep], all_scores[keep]
+
+    def is_full(self) -> bool: return len(self.seqs) == self.K
+
+    def can_improve(self, best_running: Tensor, length: int, alpha: float) -> bool:
+        "Could a running beam of score `best_running`, finishing at `length` tokens, beat the worst finished one?"
+        return bool(best_running.cpu() / length ** alpha > self.scores[-1])
+
+    def done(self, best_running: Tensor, n: int, max_new_tokens: int, alpha: float, early_stopping) -> bool:
+        """Step 4 once K hypotheses are finished: stop with early_stopping=True, else when the best running beam,
+        divided by n^α (or by max_new_tokens^α when early_stopping="never" and α > 0), cannot beat the worst."""
+        if not self.is_full(): return False
+        length = max_new_tokens if early_stopping == "never" and alpha > 0 else n
+        return early_stopping is True or not self.can_improve(best_running, length, alpha)
+
+# %% ../nbs/07_sampling.ipynb #5a8da83c
+def _extend_beams(beams: Tensor, # (K, L) int64, the running beams
+                  beam_scores: Tensor, # (K,) their summed log-probabilities
+                  log_probs: Tensor, # (K, V) next-token log-probabilities of each beam
+                  generator: torch.Generator | None = None, # draw the candidates instead of taking the best
+                 ) -> tuple[Tensor, Tensor]: # (2K, L + 1) candidate sequences, best first unless drawn; (2K,) scores
+    "Step 1 of beam search: 2K one-token extensions of the K beams, the best or drawn without replacement."
+    K, V = log_probs.shape
+    scores = (beam_scores[:, None] + log_probs).flatten()  # (K·V,) score of every one-token extension
+    if generator is None: cand_scores, cand = torch.topk(scores, 2 * K)  # (2K,) best first
+    else:
+        cand = torch.multinomial(scores.softmax(-1), 2 * K, generator=generator)  # (2K,) drawn without replacement
+        cand_scores = scores[cand]
+    return torch.cat([beams[cand // V], (cand % V)[:, None]], dim=1), cand_scores  # beam + its new token
+
+# %% ../nbs/07_sampling.ipynb #dd569767
 @torch.no_grad()
 def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_length` and `.config.vocab_size`)
                 token_ids, # one prompt: a list of ids or a (T,) int tensor
@@ -469,59 +544,35 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
     Raises `ValueError` for max_new_tokens < 1, num_beams < 1, early_stopping outside (False, True, "never"), an
     empty prompt, or token ids (prompt or eos_token_id) outside the vocabulary."""
     V, C, K = model.config.vocab_size, model.config.context_length, num_beams
-    _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, V)
-    if not getattr(model.config, "causal", True):
-        raise ValueError("beam_search needs a causal model; this one has causal=False")
-    device = next(model.parameters()).device
-    ids, _ = _as_left_padded(token_ids, None, V, 0, device)  # (1, P)
+    _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, V, model.config)
+    ids, _ = _as_left_padded(token_ids, None, V, 0, next(model.parameters()).device)  # (1, P)
     if ids.shape[0] != 1: raise ValueError(f"beam_search takes one prompt, got {ids.shape[0]}")
-    beams = ids.expand(K, -1)  # (K, P): K copies of the prompt
-    beam_scores = torch.full((K,), -1e9, device=device)  # only beam 0 is real at the start
-    beam_scores[0] = 0.0
-    finished = _Finished(K)
-    was_training = model.training
+    beams, beam_scores = ids.expand(K, -1), torch.full((K,), -1e9, device=ids.device)  # (K, P) prompt copies, (K,)
+    beam_scores[0] = 0.0  # only beam 0 is real at the start
+    finished, was_training = _Finished(K), model.training
     model.eval()  # no dropout while searching
     try:
         for n in range(1, max_new_tokens + 1):
             log_probs = model(beams[:, -C:])[:, -1].float().log_softmax(-1)  # (K, V) next-token log P of each beam
-            scores = (beam_scores[:, None] + log_probs).flatten()  # (K·V,) score of every one-token extension
-            if generator is None: cand_scores, cand = torch.topk(scores, 2 * K)  # (2K,) best first
-            else:
-                # (2K,) drawn without replacement
-                cand = torch.multinomial(scores.softmax(-1), 2 * K, generator=generator)
-                cand_scores = scores[cand]
-            seqs = torch.cat([beams[cand // V], (cand % V)[:, None]], dim=1)  # (2K, P + n): beam + its new token
-            ends = torch.full((2 * K,), n == max_new_tokens, device=device)  # (2K,) bool
-            if eos_token_id is not None: ends |= cand % V == eos_token_id
+            seqs, cand_scores = _extend_beams(beams, beam_scores, log_probs, generator)  # step 1: (2K, P + n), (2K,)
+            ends = torch.full((2 * K,), n == max_new_tokens, device=ids.device)  # (2K,) bool
+            if eos_token_id is not None: ends |= seqs[:, -1] == eos_token_id
             finished.add(seqs[:K][ends[:K]], cand_scores[:K][ends[:K]] / n ** length_penalty)  # step 2
             live = torch.topk(cand_scores.masked_fill(ends, -1e9), K).indices  # (K,) step 3
             beams, beam_scores = seqs[live], cand_scores[live]
-            if ends.all() or finished.is_full() and (early_stopping is True or not finished.can_improve(
-                    beam_scores[0], max_new_tokens if early_stopping == "never" and length_penalty > 0 else n,
-                    length_penalty)):
+            if ends.all() or finished.done(beam_scores[0], n, max_new_tokens, length_penalty, early_stopping):
                 break  # step 4
     finally:
         model.train(was_training)
     return finished.seqs[0], finished.scores[0].item()
 
 # %% ../nbs/07_sampling.ipynb #23ca72bd
-class _Finished:
-    "The K best finished hypotheses, best first (Hugging Face keeps the same list per prompt)."
-    def __init__(self, K: int): self.K, self.seqs, self.scores = K, [], torch.empty(0)
+_EARLY_STOPPING = (False, True, "never")
 
-    def add(self, seqs: Tensor, scores: Tensor) -> None: # (m, L) int64 and (m,) float32 penalised scores
-        all_seqs, all_scores = self.seqs + list(seqs), torch.cat([self.scores, scores.cpu()])
-        keep = torch.sort(all_scores, descending=True, stable=True).indices[:self.K]
-        self.seqs, self.scores = [all_seqs[i] for i in keep], all_scores[keep]
-
-    def is_full(self) -> bool: return len(self.seqs) == self.K
-
-    def can_improve(self, best_running: Tensor, length: int, alpha: float) -> bool:
-        "Could a running beam of score `best_running`, finishing at `length` tokens, beat the worst finished one?"
-        return bool(best_running.cpu() / length ** alpha > self.scores[-1])
-
-def _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, vocab_size) -> None:
+def _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, vocab_size, config=None) -> None:
     check_positive_ints(max_new_tokens=max_new_tokens, num_beams=num_beams)
     if not any(early_stopping is e for e in _EARLY_STOPPING) and early_stopping != "never":
         raise ValueError(f"early_stopping={early_stopping!r} must be False, True or 'never'")
     if eos_token_id is not None: check_int_in_range("eos_token_id", eos_token_id, 0, vocab_size, "vocab_size")
+    if not getattr(config, "causal", True):
+        raise ValueError("beam_search needs a causal model; this one has causal=False")

@@ -5,10 +5,11 @@ loss curve is normal.
 **In the package** (`transformerbook.scale`): `model_flops_per_token(model_cfg)` counts the matrix-multiply FLOPs
 of one token's forward and backward pass (6N plus attention), `matmul_peak_flops()` measures what this machine's
 matrix multiply reaches, and `mfu(tokens_per_s, flops_per_token, peak_flops)` is model FLOPs utilisation.
-`gpt_n_params(model_cfg)` counts a GPT's parameters without allocating them, and `sharded_memory(n_params, n_gpus,
-stage)` is the memory per GPU of mixed-precision Adam under plain data parallelism and the three ZeRO stages
-(`ZERO_STAGES`; stage 3 is PyTorch's FSDP). The trainer itself, with the switches this chapter explains
-(`grad_accum_steps`, `dtype`, `compile`, torchrun), is `transformerbook.training.train`.
+`sharded_memory(n_params, n_gpus, stage)` is the memory per GPU of mixed-precision Adam under plain data parallelism
+and the three ZeRO stages (`ZERO_STAGES`; stage 3 is PyTorch's FSDP); chapter 6's `GPT.n_params` on the meta device
+counts a model's parameters without allocating them (`gpt_n_params`, which did that here, is deprecated). The
+trainer itself, with the switches this chapter explains (`grad_accum_steps`, `dtype`, `compile`, torchrun), is
+`transformerbook.training.train`.
 
 Docs: https://transformerbook.github.io/transformerbook/scale.html.md"""
 
@@ -18,6 +19,7 @@ Docs: https://transformerbook.github.io/transformerbook/scale.html.md"""
 from __future__ import annotations
 
 import time
+import warnings
 
 import torch
 
@@ -25,7 +27,7 @@ from .lm_head import GPT, GPTConfig
 from .validation import check_positive_int
 
 # %% auto #0
-__all__ = ['ZERO_STAGES', 'model_flops_per_token', 'matmul_peak_flops', 'mfu', 'sharded_memory', 'gpt_n_params']
+__all__ = ['ZERO_STAGES', 'model_flops_per_token', 'matmul_peak_flops', 'mfu', 'sharded_memory']
 
 # %% ../nbs/08b_scale.ipynb #091f2bfa
 def model_flops_per_token(model_cfg: GPTConfig, # the model; n_layers, d_model, d_ff, vocab_size are used
@@ -82,6 +84,9 @@ def sharded_memory(n_params: int, # Ψ, the model's parameters
     shard = lambda x, level: x / n_gpus if ZERO_STAGES.index(stage) >= level else x
     return shard(2 * n_params, 3) + shard(2 * n_params, 2) + shard(optimizer_bytes * n_params, 1)
 
+# %% ../nbs/08b_scale.ipynb #8f2b3d56
 def gpt_n_params(model_cfg: GPTConfig) -> int:
-    "Parameters of `GPT(model_cfg)` (a tied embedding counted once), counted on the meta device: nothing is allocated."
+    "Deprecated: count with `GPT(model_cfg).n_params()` on the meta device, or chapter 9's `scaling.count_params`."
+    warnings.warn("transformerbook.scale.gpt_n_params is deprecated: call GPT(model_cfg).n_params() inside "
+                  "`with torch.device('meta')`, or scaling.count_params(model_cfg)", DeprecationWarning, stacklevel=2)
     with torch.device("meta"): return GPT(model_cfg).n_params()
