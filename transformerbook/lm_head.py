@@ -211,7 +211,7 @@ class GPT(nn.Module):
                         padding_mask: Tensor | None = None, # (B, S) bool, True = real token; S = cached + T
                         position_ids: Tensor | None = None, # (B, T) int64; default: cached length + 0..T-1
                         kv_cache=None, # per-layer caches `kv_cache.layers` (chapter 7's `KVCache`), filled in place
-                        validate: bool = True, # False skips the checks below (for a caller that made them once)
+                        validate: bool = True, # False skips the argument checks (for a caller that made them once)
                        ) -> list[Tensor]: # n_layers + 1 tensors (B, T, D): before each block, and after the last
         """The residual stream (J&M 10.4) at every layer boundary; the last entry is after the final norm. Raises
         `ValueError`/`TypeError` naming the bad argument."""
@@ -230,7 +230,7 @@ class GPT(nn.Module):
         """Number of distinct parameters (a tied matrix counts once). `non_embedding=True` drops the token and
         learned position tables (Kaplan et al. 2020's N); an untied `lm_head` still counts."""
         tables = [self.embeddings.token] + ([self.embeddings.position] if self.config.positional == "learned" else [])
-        return sum(p.numel() for p in self.parameters()) - non_embedding * sum(t.weight.numel() for t in tables)
+        return sum(p.numel() for p in self.parameters()) - sum(t.weight.numel() for t in tables if non_embedding)
 
 # %% ../nbs/06_lm_head.ipynb #75c01d81
 def _check_inputs(config: GPTConfig, token_ids, padding_mask, position_ids, kv_cache) -> tuple[int, int, int]:
