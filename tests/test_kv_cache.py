@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import transformerbook.attention as attention_module
 import transformerbook.embeddings as embeddings_module
+import transformerbook.lm_head as lm_head_module
 import transformerbook.multihead as multihead_module
 from transformerbook.attention import attention_weights
 from transformerbook.embeddings import RotaryEmbedding
@@ -235,7 +236,7 @@ def test_generate_checks_once_and_never_syncs_in_the_loop(monkeypatch):
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=40, context_length=64, d_model=16, n_heads=2, n_layers=2, **ROTARY)).eval()
     checks = _counting(monkeypatch, embeddings_module, "_check_embedding_inputs")
-    inputs = _counting(monkeypatch, GPT, "_check_inputs")
+    inputs = _counting(monkeypatch, lm_head_module, "_check_inputs")
 
     def syncs(n: int) -> int:
         "Calls of aten::_local_scalar_dense (what .item(), bool(tensor) and `if tensor` run) in one generate call."

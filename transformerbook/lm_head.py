@@ -25,21 +25,30 @@ from torch import Tensor, nn
 from .blocks import MLP_ACTIVATIONS, NORMS, TransformerBlock, make_norm
 from .embeddings import Embeddings, RotaryEmbedding, apply_rotary
 from .masking import causal_mask, combine_masks
-from .validation import (check_choice, check_in_interval, check_positive_int, check_positive_ints,
-                                        check_positive_number)
+from .validation import check_choice, check_in_interval, check_instance, check_positive_int
+from .validation import check_positive_ints, check_positive_number
 
 # %% auto #0
 __all__ = ['POSITIONALS', 'GPTConfig', 'gpt2_init', 'GPT', 'approx_non_embedding_params', 'logit_lens']
 
-# %% ../nbs/06_lm_head.ipynb #b654e5d5
+# %% ../nbs/06_lm_head.ipynb #e9936979
 POSITIONALS = ("learned", "sinusoidal", "rotary")  # where positions enter: added to x (first two) or rotating q and k
 
+# %% ../nbs/06_lm_head.ipynb #9a976881
+def _drop_gpt2_switches(d: dict, # a `GPTConfig` as a dict (`dataclasses.asdict`)
+                       ) -> dict: # `d` without the chapter-12 switches and `causal` that hold GPT-2's values
+    "What `GPTConfig.to_dict` writes: GPT-2's values of the later switches are implied, not stored."
+    gpt2 = {"normalization": "layer", "n_kv_heads": d["n_heads"], "qk_norm": False, "rope_theta": 10000.0,
+            "rope_scaling": None, "causal": True}
+    if d["d_model"] % d["n_heads"] == 0: gpt2["d_head"] = d["d_model"] // d["n_heads"]
+    return {k: v for k, v in d.items() if not (k in gpt2 and gpt2[k] == v)}
+
+# %% ../nbs/06_lm_head.ipynb #b654e5d5
 @dataclass
 class GPTConfig:
-    """Hyper-parameters of a decoder-only transformer; the defaults are GPT-2 small's, and the switches after
-    `fused` (normalization, n_kv_heads, d_head, qk_norm, rope_theta, rope_scaling), with positional="rotary" and
-    activation="swiglu", turn it into a Llama- or Qwen3-style model (chapter 12). Validated on creation
-    (`ValueError`)."""
+    """Hyper-parameters of a decoder-only transformer, GPT-2 small's by default; the switches after `fused`, with
+    positional="rotary" and activation="swiglu", make Llama- and Qwen3-style models (chapter 12). `ValueError` on
+    creation for a bad value."""
     vocab_size: int = 50257  # V: GPT-2's 50,000 merges + 256 bytes + <|endoftext|>
     context_length: int = 1024  # maximum sequence length T
     d_model: int = 768  # D, width of the residual stream
@@ -62,57 +71,54 @@ class GPTConfig:
     rope_scaling: dict | None = None  # Llama 3's frequency scaling (see `embeddings.rotary_frequencies`)
     causal: bool = True  # False: no causal mask, every position sees every other (BERT's encoder, chapter 11b)
 
-    def __post_init__(self):
-        if self.d_ff is None: self.d_ff = 4 * self.d_model
-        if self.n_kv_heads is None: self.n_kv_heads = self.n_heads
-        for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers", "d_ff", "n_kv_heads"):
-            check_positive_int(name, getattr(self, name))
-        if self.d_head is None:
-            if self.d_model % self.n_heads:
-                raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-            self.d_head = self.d_model // self.n_heads
-        check_positive_int("d_head", self.d_head)
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
-        check_in_interval("dropout", self.dropout, "[0, 1)")
-        for name in ("bias", "tie_weights", "fused", "qk_norm", "causal"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
-        check_choice("norm", self.norm, ("pre", "post"))
-        check_choice("normalization", self.normalization, NORMS)
-        check_choice("positional", self.positional, POSITIONALS)
-        if self.positional == "sinusoidal" and self.d_model % 2:
-            raise ValueError(f"positional='sinusoidal' needs an even d_model, got d_model={self.d_model}")
-        if self.positional == "rotary" and self.d_head % 2:
-            raise ValueError(f"positional='rotary' needs an even d_head, got d_head={self.d_head}")
-        check_choice("activation", self.activation, MLP_ACTIVATIONS)
-        check_positive_number("layer_norm_eps", self.layer_norm_eps)
-
+    def __post_init__(self): _check_config(self)  # also fills in d_ff, n_kv_heads and d_head when None
     @classmethod
     def gpt2_small(cls, **overrides) -> "GPTConfig":
         "GPT-2 small (124M): 12 layers, 12 heads, d_model 768, context 1024."
         return cls(**{**dict(vocab_size=50257, context_length=1024, d_model=768, n_heads=12, n_layers=12), **overrides})
-
     def to_dict(self) -> dict:
-        """The fields as a dict; the chapter-12 switches and `causal` are left out while they hold GPT-2's values, so
-        a GPT-2 configuration writes the same dict (and checkpoint, and cache key) as before they existed."""
-        d = asdict(self)
-        gpt2 = {"normalization": "layer", "n_kv_heads": self.n_heads, "qk_norm": False, "rope_theta": 10000.0,
-                "rope_scaling": None, "causal": True}
-        if self.d_model % self.n_heads == 0: gpt2["d_head"] = self.d_model // self.n_heads
-        for name, value in gpt2.items():
-            if d[name] == value: del d[name]
-        return d
-
+        "The fields as a dict, less the chapter-12 switches and `causal` while they hold GPT-2's values."
+        return _drop_gpt2_switches(asdict(self))
     @classmethod
     def from_dict(cls, d: dict) -> "GPTConfig":
         "Build from a dict (e.g. a checkpoint's), rejecting unknown keys by name; missing switches take GPT-2's values."
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown: raise ValueError(f"unknown GPTConfig fields {unknown}; known fields: {sorted(known)}")
-        return cls(**d)
+        return cls(**_check_known_fields(d))
 
-# %% ../nbs/06_lm_head.ipynb #501bdbdc
+# %% ../nbs/06_lm_head.ipynb #50976bc4
+def _check_config(c: GPTConfig) -> None:
+    "Fill in the derived sizes (d_ff, n_kv_heads, d_head) and check every field; `ValueError` naming the value."
+    if c.d_ff is None: c.d_ff = 4 * c.d_model
+    if c.n_kv_heads is None: c.n_kv_heads = c.n_heads
+    for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers", "d_ff", "n_kv_heads"):
+        check_positive_int(name, getattr(c, name))
+    if c.d_head is None:
+        if c.d_model % c.n_heads: raise ValueError(f"d_model={c.d_model} is not divisible by n_heads={c.n_heads}")
+        c.d_head = c.d_model // c.n_heads
+    check_positive_int("d_head", c.d_head)
+    if c.n_heads % c.n_kv_heads:
+        raise ValueError(f"n_heads={c.n_heads} is not divisible by n_kv_heads={c.n_kv_heads}")
+    check_in_interval("dropout", c.dropout, "[0, 1)")
+    for name in ("bias", "tie_weights", "fused", "qk_norm", "causal"):
+        if not isinstance(getattr(c, name), bool):
+            raise ValueError(f"{name}={getattr(c, name)!r} must be True or False")
+    check_choice("norm", c.norm, ("pre", "post"))
+    check_choice("normalization", c.normalization, NORMS)
+    check_choice("positional", c.positional, POSITIONALS)
+    if c.positional == "sinusoidal" and c.d_model % 2:
+        raise ValueError(f"positional='sinusoidal' needs an even d_model, got d_model={c.d_model}")
+    if c.positional == "rotary" and c.d_head % 2:
+        raise ValueError(f"positional='rotary' needs an even d_head, got d_head={c.d_head}")
+    check_choice("activation", c.activation, MLP_ACTIVATIONS)
+    check_positive_number("layer_norm_eps", c.layer_norm_eps)
+
+def _check_known_fields(d: dict) -> dict:
+    "`d` itself if every key is a `GPTConfig` field; else `ValueError` naming the unknown keys."
+    known = {f.name for f in fields(GPTConfig)}
+    unknown = sorted(set(d) - known)
+    if unknown: raise ValueError(f"unknown GPTConfig fields {unknown}; known fields: {sorted(known)}")
+    return d
+
+# %% ../nbs/06_lm_head.ipynb #1603caea
 def gpt2_init(module: nn.Module, # a GPT, or a part of one (e.g. an MoE layer) being added to a GPT
               n_layers: int, # L, the number of blocks of the model the module belongs to
              ) -> nn.Module: # the module, re-initialised in place
@@ -128,118 +134,132 @@ def gpt2_init(module: nn.Module, # a GPT, or a part of one (e.g. an MoE layer) b
             nn.init.normal_(m.weight, mean=0.0, std=0.02 / math.sqrt(2 * n_layers))
     return module
 
+# %% ../nbs/06_lm_head.ipynb #e9347181
+def _make_rotary(c: GPTConfig) -> RotaryEmbedding | None:
+    "Rotary positions (chapter 5) if `c.positional == 'rotary'`: they act inside attention, on q and k; else None."
+    return RotaryEmbedding(c.d_head, c.context_length, base=c.rope_theta, scaling=c.rope_scaling) \
+        if c.positional == "rotary" else None
 
+def _make_blocks(c: GPTConfig) -> nn.ModuleList:
+    "`c.n_layers` transformer blocks (chapter 4) with the configuration's sizes and switches."
+    return nn.ModuleList([
+        TransformerBlock(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, bias=c.bias,
+                         norm=c.norm, activation=c.activation, layer_norm_eps=c.layer_norm_eps, fused=c.fused,
+                         normalization=c.normalization, n_kv_heads=c.n_kv_heads, d_head=c.d_head, qk_norm=c.qk_norm)
+        for _ in range(c.n_layers)])
+
+def _make_final_norm(c: GPTConfig) -> nn.Module:
+    "`ln_f`: pre-norm never normalises its own output, so GPT-2 adds a final norm (J&M eq. 10.43); post-norm does not."
+    return make_norm(c.normalization, c.d_model, eps=c.layer_norm_eps, bias=c.bias, fused=c.fused) \
+        if c.norm == "pre" else nn.Identity()
+
+# %% ../nbs/06_lm_head.ipynb #9ad6f231
+def _attention_mask(causal: bool, # the config's `causal`; False masks only the padding (BERT, chapter 11b)
+                    T: int, # new positions
+                    past: int, # positions already in the KV cache; S = past + T keys
+                    padding_mask: Tensor | None, # (B, S) bool, True = real token
+                    device=None, # where to build the causal mask
+                   ) -> tuple: # mask None, (T, S), (B, 1, T, S) or (B, 1, 1, S) bool; is_causal
+    "The mask every block applies, and whether it is the plain causal one (`is_causal`, for SDPA)."
+    is_causal = causal and padding_mask is None and past == 0
+    if (T == 1 or not causal) and padding_mask is None: return None, is_causal  # every key may be seen
+    return combine_masks(causal_mask(T, past + T, device=device) if causal else None, padding_mask), is_causal
+
+# %% ../nbs/06_lm_head.ipynb #e2926f4b
+def _rotate_qk(rotary: RotaryEmbedding | None, # the model's rotary positions, or None
+               position_ids: Tensor, # (T,) or (B, T) int64
+              ): # (q, k) -> (q, k) rotated, shared by every layer; None without rotary positions
+    "Look the rotation angles up once per call (chapter 5); each block's attention applies them to its q and k."
+    if rotary is None: return None
+    cos, sin = rotary.cos_sin(position_ids)  # (T, Dh) or (B, 1, T, Dh)
+    return lambda q, k: (apply_rotary(q, cos.to(q.dtype), sin.to(q.dtype)),
+                         apply_rotary(k, cos.to(k.dtype), sin.to(k.dtype)))
+
+# %% ../nbs/06_lm_head.ipynb #ab01d3d0
+def _run_blocks(blocks: nn.ModuleList, # the model's transformer blocks
+                x: Tensor, # (B, T, D) the embedded tokens
+                mask: Tensor | None, # from `_attention_mask`, checked once for all layers
+                rotate, # from `_rotate_qk`, or None
+                kv_cache, # per-layer caches `kv_cache.layers`, or None
+                is_causal: bool, # from `_attention_mask`
+               ) -> list[Tensor]: # n_layers + 1 tensors (B, T, D): before each block, and after the last
+    "Apply the blocks in turn, keeping the residual stream (J&M 10.4) at every layer boundary."
+    states = [x]
+    for i, block in enumerate(blocks):
+        x = block(x, mask=mask, layer_cache=None if kv_cache is None else kv_cache.layers[i], rotate=rotate,
+                  validate_mask=False, is_causal=is_causal)  # (B, T, D)
+        states.append(x)
+    return states
+
+# %% ../nbs/06_lm_head.ipynb #501bdbdc
 class GPT(nn.Module):
-    """A decoder-only transformer language model: embeddings, `n_layers` blocks, a final norm (pre-norm) and the LM
-    head (J&M Fig. 10.14; eqs. 10.44-10.45). Calling it on token_ids (B, T) int64 returns logits (B, T, vocab_size)
-    float; softmax over the last axis gives next-token probabilities. One class for GPT-2 and, through `GPTConfig`'s
-    switches, Llama- and Qwen3-style models (chapter 12)."""
+    """A decoder-only transformer LM (J&M Fig. 10.14): token_ids (B, T) int64 -> logits (B, T, vocab_size) float.
+    One class for GPT-2 and, through `GPTConfig`'s switches, Llama- and Qwen3-style models (chapter 12)."""
     def __init__(self, config: GPTConfig):
         super().__init__()
-        if not isinstance(config, GPTConfig):
-            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
+        check_instance("config", config, GPTConfig)
         self.config = c = config
         self.embeddings = Embeddings(c.vocab_size, c.context_length, c.d_model, c.dropout, c.positional)
-        # Rotary positions act inside attention, on q and k (chapter 5); the other two are added to x above.
-        self.rotary = RotaryEmbedding(c.d_head, c.context_length, base=c.rope_theta, scaling=c.rope_scaling) \
-            if c.positional == "rotary" else None
-        self.blocks = nn.ModuleList([
-            TransformerBlock(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, bias=c.bias,
-                             norm=c.norm, activation=c.activation, layer_norm_eps=c.layer_norm_eps, fused=c.fused,
-                             normalization=c.normalization, n_kv_heads=c.n_kv_heads, d_head=c.d_head, qk_norm=c.qk_norm)
-            for _ in range(c.n_layers)])
-        # Pre-norm leaves the residual stream unnormalised, so GPT-2 adds a final norm (J&M eq. 10.43).
-        self.ln_f = make_norm(c.normalization, c.d_model, eps=c.layer_norm_eps, bias=c.bias, fused=c.fused) \
-            if c.norm == "pre" else nn.Identity()
+        self.rotary = _make_rotary(c)  # None unless positional="rotary"
+        self.blocks = _make_blocks(c)
+        self.ln_f = _make_final_norm(c)  # nn.Identity for post-norm
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)  # unembedding: D -> V; weight (V, D)
         gpt2_init(self, c.n_layers)
-        if c.tie_weights:
-            self.lm_head.weight = self.embeddings.token.weight  # (V, D): the same matrix E, no transpose
+        if c.tie_weights: self.lm_head.weight = self.embeddings.token.weight  # (V, D): the same matrix E, no transpose
 
-    def residual_stream(self,
-                        token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
+    def residual_stream(self, token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
                         padding_mask: Tensor | None = None, # (B, S) bool, True = real token; S = cached + T
                         position_ids: Tensor | None = None, # (B, T) int64; default: cached length + 0..T-1
                         kv_cache=None, # per-layer caches `kv_cache.layers` (chapter 7's `KVCache`), filled in place
-                        validate: bool = True, # False skips the checks below (for a caller that made them once)
+                        validate: bool = True, # False skips the argument checks (for a caller that made them once)
                        ) -> list[Tensor]: # n_layers + 1 tensors (B, T, D): before each block, and after the last
-        """The residual stream (J&M 10.4) at every layer boundary; the last entry is after the final norm. The
-        attention mask is built and checked here, and rotary angles are looked up here, once for all layers.
-
-        Raises `ValueError` for token ids outside [0, vocab_size), more than context_length positions (cached + new)
-        without explicit `position_ids`, a token_ids, padding mask or position_ids of the wrong shape, or a cache with
-        the wrong number of layers or another batch size; `TypeError` for token_ids or position_ids that are not
-        integer tensors and for a non-bool padding mask."""
-        if validate: B, T, past = self._check_inputs(token_ids, padding_mask, position_ids, kv_cache)
+        """The residual stream (J&M 10.4) at every layer boundary; the last entry is after the final norm. Raises
+        `ValueError`/`TypeError` naming the bad argument."""
+        if validate: B, T, past = _check_inputs(self.config, token_ids, padding_mask, position_ids, kv_cache)
         else: (B, T), past = token_ids.shape, 0 if kv_cache is None else len(kv_cache)
-        if position_ids is None:
-            position_ids = torch.arange(past, past + T, device=token_ids.device)  # (T,)
-        if (T == 1 or not self.config.causal) and padding_mask is None:  # nothing to mask: every key may be seen
-            mask = None
-        else:  # causal=False (BERT) masks only the padding: (B, 1, 1, S)
-            causal = causal_mask(T, past + T, device=token_ids.device) if self.config.causal else None  # (T, S)
-            mask = combine_masks(causal, padding_mask)  # (T, S), (B, 1, T, S) or (B, 1, 1, S)
+        if position_ids is None: position_ids = torch.arange(past, past + T, device=token_ids.device)  # (T,)
+        mask, is_causal = _attention_mask(self.config.causal, T, past, padding_mask, token_ids.device)
         x = self.embeddings(token_ids, position_ids, validate=validate)  # (B, T, D); checks the ids and positions
-        rotate = None
-        if self.rotary is not None:  # the angles of these positions, shared by every layer: (T, Dh) or (B, 1, T, Dh)
-            cos, sin = self.rotary.cos_sin(position_ids)
-            rotate = lambda q, k: (apply_rotary(q, cos.to(q.dtype), sin.to(q.dtype)),
-                                   apply_rotary(k, cos.to(k.dtype), sin.to(k.dtype)))
-        plain_causal = self.config.causal and padding_mask is None and past == 0  # SDPA can apply this one itself
-        states = [x]
-        for i, block in enumerate(self.blocks):
-            x = block(x, mask=mask, layer_cache=None if kv_cache is None else kv_cache.layers[i], rotate=rotate,
-                      validate_mask=False, is_causal=plain_causal)  # (B, T, D); the mask was built and checked above
-            states.append(x)
-        states[-1] = self.ln_f(x)
-        return states
-
-    def _check_inputs(self, token_ids, padding_mask, position_ids, kv_cache) -> tuple[int, int, int]:
-        "Validate one model call's arguments (see `residual_stream`); return B, T and the number of cached positions."
-        if not isinstance(token_ids, Tensor):
-            raise TypeError(f"token_ids must be a (B, T) torch.Tensor of integer ids, got {type(token_ids).__name__}: "
-                            f"convert it with torch.tensor(token_ids)")
-        if token_ids.dim() != 2:
-            raise ValueError(f"token_ids must be a (B, T) tensor, got shape {tuple(token_ids.shape)}")
-        B, T = token_ids.shape
-        if kv_cache is not None and len(kv_cache.layers) != self.config.n_layers:
-            raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers but the model has "
-                             f"n_layers={self.config.n_layers}")
-        if kv_cache is not None and not self.config.causal:
-            raise ValueError("a KV cache needs causal=True: with causal=False (a bidirectional encoder) every new "
-                             "token changes the earlier positions' outputs, so there is nothing to reuse or generate")
-        past = 0 if kv_cache is None else len(kv_cache)
-        if past and kv_cache.layers[0].k.shape[0] != B:
-            raise ValueError(f"kv_cache holds a batch of B={kv_cache.layers[0].k.shape[0]} sequences but token_ids has "
-                             f"B={B}: start a new KVCache for a new batch")
-        if past + T > self.config.context_length and position_ids is None:
-            raise ValueError(f"sequence length {past + T} (cached {past} + new {T}) exceeds context_length="
-                             f"{self.config.context_length}: crop to the last {self.config.context_length} tokens")
-        if padding_mask is not None and isinstance(padding_mask, Tensor) and tuple(padding_mask.shape) != (B, past + T):
-            raise ValueError(f"padding_mask must have shape (B, cached + T) = ({B}, {past + T}), "
-                             f"got {tuple(padding_mask.shape)}")  # its dtype is checked where it is combined
-        return B, T, past
-
-    def forward(self,
-                token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
-                padding_mask: Tensor | None = None, # (B, S) bool, True = real token; S = cached + T
-                position_ids: Tensor | None = None, # (B, T) int64; default: cached length + 0..T-1
-                kv_cache=None, # per-layer caches `kv_cache.layers` (chapter 7's `KVCache`), filled in place
-                validate: bool = True, # False skips the argument checks (for a caller that made them once)
-               ) -> Tensor: # (B, T, vocab_size) logits u (J&M eq. 10.44)
-        """Logits u = lm_head(h_L) at every position, = h_L Eᵀ with tied weights (J&M eq. 10.44); raises
-        `TypeError`/`ValueError` as `residual_stream` does (bad token_ids, padding_mask, position_ids or kv_cache)."""
-        # (B, T, D) -> (B, T, V)
+        states = _run_blocks(self.blocks, x, mask, _rotate_qk(self.rotary, position_ids), kv_cache, is_causal)
+        return states[:-1] + [self.ln_f(states[-1])]
+    def forward(self, token_ids: Tensor, padding_mask: Tensor | None = None, position_ids: Tensor | None = None,
+                kv_cache=None, validate: bool = True) -> Tensor: # (B, T, vocab_size) logits u (J&M eq. 10.44)
+        "Logits u = lm_head(h_L) = h_L Eᵀ with tied weights, at every position; arguments as in `residual_stream`."
         return self.lm_head(self.residual_stream(token_ids, padding_mask, position_ids, kv_cache, validate)[-1])
-
     def n_params(self, non_embedding: bool = False) -> int:
         """Number of distinct parameters (a tied matrix counts once). `non_embedding=True` drops the token and
         learned position tables (Kaplan et al. 2020's N); an untied `lm_head` still counts."""
-        n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
-            n -= self.embeddings.token.weight.numel()
-            if self.config.positional == "learned": n -= self.embeddings.position.weight.numel()
-        return n
+        tables = [self.embeddings.token] + ([self.embeddings.position] if self.config.positional == "learned" else [])
+        return sum(p.numel() for p in self.parameters()) - sum(t.weight.numel() for t in tables if non_embedding)
+
+# %% ../nbs/06_lm_head.ipynb #75c01d81
+def _check_inputs(config: GPTConfig, token_ids, padding_mask, position_ids, kv_cache) -> tuple[int, int, int]:
+    """Check one model call's arguments (see `GPT.residual_stream`); return B, T and the number of cached positions.
+    `TypeError` for token_ids that are not a tensor; `ValueError` for token_ids not (B, T), a cache with the wrong
+    number of layers, with causal=False, or of another batch size, more than context_length positions (cached + new)
+    without explicit `position_ids`, or a padding mask of the wrong shape. The embeddings check the ids' range and
+    dtype, position_ids, and the padding mask's dtype."""
+    if not isinstance(token_ids, Tensor):
+        raise TypeError(f"token_ids must be a (B, T) torch.Tensor of integer ids, got {type(token_ids).__name__}: "
+                        f"convert it with torch.tensor(token_ids)")
+    if token_ids.dim() != 2: raise ValueError(f"token_ids must be a (B, T) tensor, got shape {tuple(token_ids.shape)}")
+    B, T = token_ids.shape
+    if kv_cache is not None and len(kv_cache.layers) != config.n_layers:
+        raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers but the model has n_layers={config.n_layers}")
+    if kv_cache is not None and not config.causal:
+        raise ValueError("a KV cache needs causal=True: with causal=False (a bidirectional encoder) every new "
+                         "token changes the earlier positions' outputs, so there is nothing to reuse or generate")
+    past = 0 if kv_cache is None else len(kv_cache)
+    if past and kv_cache.layers[0].k.shape[0] != B:
+        raise ValueError(f"kv_cache holds a batch of B={kv_cache.layers[0].k.shape[0]} sequences but token_ids has "
+                         f"B={B}: start a new KVCache for a new batch")
+    if past + T > config.context_length and position_ids is None:
+        raise ValueError(f"sequence length {past + T} (cached {past} + new {T}) exceeds context_length="
+                         f"{config.context_length}: crop to the last {config.context_length} tokens")
+    if padding_mask is not None and isinstance(padding_mask, Tensor) and tuple(padding_mask.shape) != (B, past + T):
+        raise ValueError(f"padding_mask must have shape (B, cached + T) = ({B}, {past + T}), "
+                         f"got {tuple(padding_mask.shape)}")  # its dtype is checked where it is combined
+    return B, T, past
 
 # %% ../nbs/06_lm_head.ipynb #8883c02a
 def approx_non_embedding_params(n_layers: int, # number of transformer blocks

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from .lm_head import GPT, GPTConfig
 from .pretrained import checkpoint_folder, copy_state, read_hf_config, read_state_dict, take_tensor
+from .validation import check_choice
 
 # %% auto #0
 __all__ = ['LLAMA_FAMILY', 'config_from_llama', 'load_llama_state_dict', 'from_pretrained_llama']
@@ -35,7 +36,7 @@ def config_from_llama(hf_config, # a `transformers.LlamaConfig`/`Qwen3Config` or
     naming the field for another model_type or an option the book's model does not implement."""
     d = dict(hf_config if isinstance(hf_config, dict) else hf_config.to_dict())
     kind = d.get("model_type")
-    if kind not in LLAMA_FAMILY: raise ValueError(f"model_type={kind!r} is not one of {list(LLAMA_FAMILY)}")
+    check_choice("model_type", kind, LLAMA_FAMILY)
     if d.get("hidden_act", "silu") != "silu":
         raise ValueError(f"hidden_act={d['hidden_act']!r}: only 'silu' (SwiGLU) maps")
     if d.get("attention_bias", False) != d.get("mlp_bias", False):
@@ -61,9 +62,7 @@ def load_llama_state_dict(model: GPT, # a Llama/Qwen3-style GPT (e.g. GPT(config
     """Copy Hugging Face Llama/Qwen3 weights into `model` by the renaming table above (no transposes, no permutation).
     Raises `ValueError` naming a missing, misshapen or surplus tensor, or a model without the Llama switches."""
     c = model.config
-    if (c.normalization, c.positional, c.activation) != ("rms", "rotary", "swiglu"):
-        raise ValueError(f"Llama weights need normalization='rms', positional='rotary', activation='swiglu'; got "
-                         f"{c.normalization!r}, {c.positional!r}, {c.activation!r}")
+    _check_llama_shaped(c)
     sd = {k.removeprefix("model."): v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
     D, F, V, H, KV, Dh = c.d_model, c.d_ff, c.vocab_size, c.n_heads, c.n_kv_heads, c.d_head
     take = lambda name, shape: take_tensor(sd, name, shape)
@@ -87,6 +86,14 @@ def load_llama_state_dict(model: GPT, # a Llama/Qwen3-style GPT (e.g. GPT(config
     else: new["lm_head.weight"] = take("lm_head.weight", (V, D))
     return copy_state(model, new, sd)
 
+# %% ../nbs/12_modern.ipynb #c0d860c3
+def _check_llama_shaped(c: GPTConfig) -> None:
+    "`ValueError` unless the configuration has the Llama switches (RMSNorm, rotary positions, SwiGLU)."
+    if (c.normalization, c.positional, c.activation) != ("rms", "rotary", "swiglu"):
+        raise ValueError(f"Llama weights need normalization='rms', positional='rotary', activation='swiglu'; got "
+                         f"{c.normalization!r}, {c.positional!r}, {c.activation!r}")
+
+# %% ../nbs/12_modern.ipynb #fec6f864
 def from_pretrained_llama(name_or_path: str | os.PathLike, # a save_pretrained folder or a Hub name
                           local_files_only: bool = False, # never use the network
                           context_length: int | None = None, # a shorter rotary table than the checkpoint's

@@ -63,8 +63,6 @@ def config_from_hf(hf_config, # a `transformers.GPT2Config` or its `to_dict()`
                          f"n_embd -> d_model, n_head -> n_heads, n_layer -> n_layers, n_inner -> d_ff): {e}") from None
 
 # %% ../nbs/pretrained.ipynb #78596b2d
-_HF_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # old checkpoints store the causal mask as a buffer
-
 def take_tensor(sd: dict[str, Tensor], # the checkpoint's remaining tensors; the one taken is removed
                 name: str, # its Hugging Face name
                 shape: tuple, # the shape our model expects
@@ -76,6 +74,7 @@ def take_tensor(sd: dict[str, Tensor], # the checkpoint's remaining tensors; the
         raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
     return t
 
+# %% ../nbs/pretrained.ipynb #69e2dbe5
 @torch.no_grad()
 def copy_state(model: GPT, # receives the tensors
                new: dict[str, Tensor], # our parameter name -> tensor, for every parameter of `model`
@@ -87,37 +86,51 @@ def copy_state(model: GPT, # receives the tensors
         p.copy_(new[name])
     return model
 
+# %% ../nbs/pretrained.ipynb #605396ff
+_HF_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # old checkpoints store the causal mask as a buffer
+
+def _gpt2_names(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+    "The checkpoint's tensors under `GPT2Model`'s names (no `transformer.` prefix), without mask buffers."
+    sd = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
+    return {k: v for k, v in sd.items() if not _HF_BUFFER.match(k)}
+
+# %% ../nbs/pretrained.ipynb #bf4899e2
+def _gpt2_block(take, # take(name, shape) -> the checkpoint's tensor, shape-checked (`take_tensor`)
+                i: int, # the block's index
+                D: int, # d_model
+                F: int, # d_ff
+               ) -> dict[str, Tensor]: # our parameter name -> tensor, for block i
+    "Map Hugging Face's `h.{i}.*` tensors onto our `blocks.{i}.*` parameters."
+    h, b, new = f"h.{i}.", f"blocks.{i}.", {}
+    for ln in ("ln_1", "ln_2"):
+        new[f"{b}{ln}.weight"], new[f"{b}{ln}.bias"] = take(f"{h}{ln}.weight", (D,)), take(f"{h}{ln}.bias", (D,))
+    w_qkv = take(h + "attn.c_attn.weight", (D, 3 * D)).split(D, dim=1)  # (D, 3D) -> 3 × (D, D), each (in, out)
+    b_qkv = take(h + "attn.c_attn.bias", (3 * D,)).split(D)  # (3D,) -> 3 × (D,)
+    for proj, w, bias in zip(("q_proj", "k_proj", "v_proj"), w_qkv, b_qkv):
+        new[f"{b}attn.{proj}.weight"], new[f"{b}attn.{proj}.bias"] = w.T, bias  # (in, out) -> (out, in)
+    new[b + "attn.out_proj.weight"] = take(h + "attn.c_proj.weight", (D, D)).T
+    new[b + "attn.out_proj.bias"] = take(h + "attn.c_proj.bias", (D,))
+    new[b + "mlp.fc.weight"] = take(h + "mlp.c_fc.weight", (D, F)).T  # (D, F) -> (F, D)
+    new[b + "mlp.fc.bias"] = take(h + "mlp.c_fc.bias", (F,))
+    new[b + "mlp.proj.weight"] = take(h + "mlp.c_proj.weight", (F, D)).T  # (F, D) -> (D, F)
+    new[b + "mlp.proj.bias"] = take(h + "mlp.c_proj.bias", (D,))
+    return new
+
+# %% ../nbs/pretrained.ipynb #13bf1e1f
 def load_hf_state_dict(model: GPT, # a GPT-2-shaped GPT (pre-norm, learned positions, biases)
                        state_dict: dict[str, Tensor], # a `GPT2LMHeadModel` (or `GPT2Model`) state dict
                       ) -> GPT: # the same model, with every parameter overwritten
     """Copy Hugging Face GPT-2 weights into `model`, transposing `Conv1D` weights (in, out) -> (out, in) and
-    splitting `c_attn` into q/k/v. Raises `ValueError` naming the tensor if one is missing, surplus or misshapen."""
+    splitting `c_attn` into q/k/v. Raises `ValueError` naming the tensor if one is missing, surplus or misshapen,
+    and if the model is not GPT-2-shaped."""
     c = model.config
-    if (c.norm != "pre" or c.positional != "learned" or not c.bias or c.normalization != "layer"
-            or c.activation == "swiglu"):
-        raise ValueError(f"GPT-2 weights need norm='pre', positional='learned', bias=True, normalization='layer' and "
-                         f"a GELU feed-forward; got norm={c.norm!r}, positional={c.positional!r}, bias={c.bias}, "
-                         f"normalization={c.normalization!r}, activation={c.activation!r}")
-    sd = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
-    sd = {k: v for k, v in sd.items() if not _HF_BUFFER.match(k)}
+    _check_gpt2_shaped(c)
+    sd = _gpt2_names(state_dict)
     D, F, V = c.d_model, c.d_ff, c.vocab_size
     take = lambda name, shape: take_tensor(sd, name, shape)
     new = {"embeddings.token.weight": take("wte.weight", (V, D)),
            "embeddings.position.weight": take("wpe.weight", (c.context_length, D))}
-    for i in range(c.n_layers):
-        h, b = f"h.{i}.", f"blocks.{i}."
-        for ln in ("ln_1", "ln_2"):
-            new[f"{b}{ln}.weight"], new[f"{b}{ln}.bias"] = take(f"{h}{ln}.weight", (D,)), take(f"{h}{ln}.bias", (D,))
-        w_qkv = take(h + "attn.c_attn.weight", (D, 3 * D)).split(D, dim=1)  # (D, 3D) -> 3 × (D, D), each (in, out)
-        b_qkv = take(h + "attn.c_attn.bias", (3 * D,)).split(D)  # (3D,) -> 3 × (D,)
-        for proj, w, bias in zip(("q_proj", "k_proj", "v_proj"), w_qkv, b_qkv):
-            new[f"{b}attn.{proj}.weight"], new[f"{b}attn.{proj}.bias"] = w.T, bias  # (in, out) -> (out, in)
-        new[b + "attn.out_proj.weight"] = take(h + "attn.c_proj.weight", (D, D)).T
-        new[b + "attn.out_proj.bias"] = take(h + "attn.c_proj.bias", (D,))
-        new[b + "mlp.fc.weight"] = take(h + "mlp.c_fc.weight", (D, F)).T  # (D, F) -> (F, D)
-        new[b + "mlp.fc.bias"] = take(h + "mlp.c_fc.bias", (F,))
-        new[b + "mlp.proj.weight"] = take(h + "mlp.c_proj.weight", (F, D)).T  # (F, D) -> (D, F)
-        new[b + "mlp.proj.bias"] = take(h + "mlp.c_proj.bias", (D,))
+    for i in range(c.n_layers): new |= _gpt2_block(take, i, D, F)
     new["ln_f.weight"], new["ln_f.bias"] = take("ln_f.weight", (D,)), take("ln_f.bias", (D,))
     if c.tie_weights:
         if "lm_head.weight" in sd and not torch.equal(take("lm_head.weight", (V, D)), new["embeddings.token.weight"]):
@@ -126,6 +139,15 @@ def load_hf_state_dict(model: GPT, # a GPT-2-shaped GPT (pre-norm, learned posit
     else:
         new["lm_head.weight"] = take("lm_head.weight", (V, D))
     return copy_state(model, new, sd)
+
+# %% ../nbs/pretrained.ipynb #a9bfafa6
+def _check_gpt2_shaped(c: GPTConfig) -> None:
+    "`ValueError` unless the configuration has GPT-2's shape (the only one its checkpoints map onto)."
+    if (c.norm != "pre" or c.positional != "learned" or not c.bias or c.normalization != "layer"
+            or c.activation == "swiglu"):
+        raise ValueError(f"GPT-2 weights need norm='pre', positional='learned', bias=True, normalization='layer' and "
+                         f"a GELU feed-forward; got norm={c.norm!r}, positional={c.positional!r}, bias={c.bias}, "
+                         f"normalization={c.normalization!r}, activation={c.activation!r}")
 
 # %% ../nbs/pretrained.ipynb #22f28ed4
 def checkpoint_folder(name_or_path: str | os.PathLike, # a local folder, or a Hub model name
@@ -144,6 +166,7 @@ def checkpoint_folder(name_or_path: str | os.PathLike, # a local folder, or a Hu
         raise OSError(f"{str(name_or_path)!r} is not a local folder and could not be fetched from the Hugging Face Hub "
                       f"(local_files_only={local_files_only}): {type(e).__name__}: {e}") from e
 
+# %% ../nbs/pretrained.ipynb #192011dc
 def read_state_dict(folder: Path, # a checkpoint folder
                    ) -> dict[str, Tensor]:
     "Tensors of a checkpoint folder: model.safetensors, sharded safetensors (with an index) or pytorch_model.bin."

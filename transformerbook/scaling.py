@@ -32,8 +32,8 @@ from torch import Tensor
 
 from .lm_head import GPTConfig
 from .training import TrainConfig, cached_run, load_checkpoint
-from .validation import (check_in_interval, check_instance, check_positive_int, check_positive_ints,
-                                        check_positive_number, is_number)
+from .validation import check_in_interval, check_instance, check_positive_int, check_positive_ints
+from .validation import check_positive_number, is_number
 
 # %% auto #0
 __all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CHINCHILLA_INITS', 'count_params',
@@ -196,6 +196,34 @@ def _huber(r: Tensor, delta: float) -> Tensor:
     "Huber loss: r²/2 for |r| <= delta, delta·(|r| - delta/2) beyond (linear, so outliers weigh less)."
     return torch.where(r.abs() <= delta, 0.5 * r ** 2, delta * (r.abs() - 0.5 * delta))
 
+def _chinchilla_objective(theta: Tensor, # (5,) float64: a, b, e, alpha, beta with A=e^a, B=e^b, E=e^e
+                          log_n: Tensor, log_d: Tensor, log_l: Tensor, # (n,) each: log N, log D, log loss
+                          delta: float, # Huber threshold
+                         ) -> Tensor: # scalar
+    "The sum above: Huber losses of LSE(a - alpha log N, b - beta log D, e) - log L."
+    a, b, e, alpha, beta = theta
+    predicted = torch.logsumexp(torch.stack([a - alpha * log_n, b - beta * log_d, e.expand_as(log_n)]), dim=0)
+    return _huber(predicted - log_l, delta).sum()  # (3, n) -> (n,) -> scalar
+
+# %% ../nbs/09_scaling.ipynb #dd1fbfcf
+def _lbfgs_fit(objective, # theta (5,) -> scalar tensor, differentiable
+               init, # the starting point (a, b, e, alpha, beta)
+               max_iter: int, # L-BFGS iterations
+              ) -> tuple[Tensor, float]: # the parameters reached, and the objective there
+    "Minimise `objective` from `init` with L-BFGS in float64."
+    theta = torch.tensor(init, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-12, tolerance_change=1e-14)
+    def closure():
+        opt.zero_grad()
+        value = objective(theta)
+        value.backward()
+        return value
+    opt.step(closure)
+    with torch.no_grad(): value = objective(theta).item()
+    return theta.detach().clone(), value
+
+# %% ../nbs/09_scaling.ipynb #88d3ff35
 # (a, b, e, α, β)
 CHINCHILLA_INITS = [(a, b, e, 0.5, 0.5) for a in (0.0, 10.0) for b in (0.0, 10.0) for e in (-1.0, 0.5)]
 
@@ -213,26 +241,11 @@ def fit_chinchilla(n_params, # (n,) N of each run, positive
     N, D, L = _fit_data(n_params=n_params, n_tokens=n_tokens, losses=losses)
     if len(N) < 5: raise ValueError(f"need at least 5 runs to fit the 5 parameters, got {len(N)}")
     log_n, log_d, log_l = N.log(), D.log(), L.log()
-
-    def objective(theta: Tensor) -> Tensor:
-        a, b, e, alpha, beta = theta
-        predicted = torch.logsumexp(torch.stack([a - alpha * log_n, b - beta * log_d, e.expand_as(log_n)]), dim=0)
-        return _huber(predicted - log_l, delta).sum()  # (3, n) -> (n,) -> scalar
-
     best, best_value = None, math.inf
     for init in CHINCHILLA_INITS if inits is None else inits:
-        theta = torch.tensor(init, dtype=torch.float64, requires_grad=True)
-        opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
-                                tolerance_grad=1e-12, tolerance_change=1e-14)
-        def closure():
-            opt.zero_grad()
-            value = objective(theta)
-            value.backward()
-            return value
-        opt.step(closure)
-        with torch.no_grad(): value = objective(theta).item()
+        theta, value = _lbfgs_fit(lambda t: _chinchilla_objective(t, log_n, log_d, log_l, delta), init, max_iter)
         if math.isfinite(value) and value < best_value and theta[3] > 0 and theta[4] > 0:
-            best, best_value = theta.detach().clone(), value
+            best, best_value = theta, value
     if best is None:
         raise ValueError("no starting point converged to a law with alpha > 0 and beta > 0; try other inits")
     a, b, e, alpha, beta = best.tolist()
