@@ -28,11 +28,11 @@ from tqdm.auto import tqdm
 from .data import DataUnavailableError, ChecksumError, load_tinyshakespeare, train_val_split
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, TiktokenGPT2
-from .training import (CHECKPOINT_NAME, DATASETS, DTYPES, PREPARED_META, PRESETS, RESUMABLE,
-                                      CheckpointError, TrainConfig, TrainingDivergedError, bits_per_byte,
-                                      check_batch_split, checkpoint_file, load_checkpoint, load_dataset, load_model,
-                                      load_prepared, outside_reference, prepare_data, preset_configs, resolve_device,
-                                      resume_config, setup_distributed, train)
+from .training import CHECKPOINT_NAME, DATASETS, DTYPES, PREPARED_META, PRESETS, RESUMABLE
+from .training import CheckpointError, TrainConfig, TrainingDivergedError, bits_per_byte
+from .training import check_batch_split, checkpoint_file, load_checkpoint, load_dataset, load_model
+from .training import load_prepared, outside_reference, prepare_data, preset_configs, resolve_device
+from .training import resume_config, setup_distributed, train
 
 # %% auto #0
 __all__ = ['MODEL_CARD_NAME', 'build_parser', 'model_card', 'write_model_card', 'main']
@@ -43,17 +43,36 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
+# %% ../nbs/08a_cli.ipynb #43112f33
 _MODEL_OPTIONS = {"n_layers": int, "n_heads": int, "d_model": int, "context_length": int, "dropout": float}
 _TRAIN_OPTIONS = {"max_iters": int, "eval_interval": int, "eval_iters": int, "batch_size": int, "learning_rate": float,
                   "min_lr": float, "warmup_iters": int, "lr_decay_iters": int, "weight_decay": float,
                   "grad_clip": float, "seed": int, "grad_accum_steps": int}
 
-def build_parser() -> argparse.ArgumentParser:
-    "The `transformerbook` argument parser (commands `train`, `sample` and `prepare`)."
-    model_cfg, train_cfg = preset_configs()
-    parser = _Parser(prog="transformerbook", description="Train a small GPT and sample from it (transformerbook).")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+# %% ../nbs/08a_cli.ipynb #0f0a44ea
+def _add_model_options(t: argparse.ArgumentParser, model_cfg: GPTConfig) -> None:
+    "Add `train`'s model options (new runs only) to `t`; each help text names `model_cfg`'s value as the default."
+    g = t.add_argument_group("model (new runs; a resumed run keeps the checkpoint's)")
+    for name, typ in _MODEL_OPTIONS.items():
+        g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None,
+                       help=f"{name} (default {getattr(model_cfg, name)})")
+    g.add_argument("--norm", choices=["pre", "post"], default=None, help="LayerNorm placement (default pre)")
 
+# %% ../nbs/08a_cli.ipynb #de3b958c
+def _add_optimisation_options(t: argparse.ArgumentParser, train_cfg: TrainConfig) -> None:
+    "Add `train`'s optimisation options to `t`; the help says the default and whether `--resume` may change it."
+    g = t.add_argument_group("optimisation")
+    for name, typ in _TRAIN_OPTIONS.items():
+        note = "; may change when resuming" if name in RESUMABLE else ""
+        default = (getattr(train_cfg, name) if name != "lr_decay_iters"
+                   else "max_iters of the new run, kept when resuming")
+        extra = "; the batch of one step is computed in N slices, same gradient" if name == "grad_accum_steps" else ""
+        g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None,
+                       help=f"{name} (default {default}{extra}{note})")
+
+# %% ../nbs/08a_cli.ipynb #286fefe8
+def _add_train_command(sub, model_cfg: GPTConfig, train_cfg: TrainConfig) -> None:
+    "Add the `train` command to the sub-parsers `sub`, with defaults and help texts from the preset's configs."
     t = sub.add_parser("train", help="train a GPT, with a progress bar, periodic validation and checkpoints",
                        description="Train a GPT on a text corpus. Defaults: nanoGPT's CPU baby GPT "
                                    "(validation loss about 1.88 on character-level TinyShakespeare). "
@@ -78,20 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", choices=list(DTYPES), default=None,
                    help="float32 (default), or autocast to bfloat16 / float16 (float16 with a gradient scaler)")
     g.add_argument("--compile", action="store_true", default=None, help="run the training step through torch.compile")
-    g = t.add_argument_group("model (new runs; a resumed run keeps the checkpoint's)")
-    for name, typ in _MODEL_OPTIONS.items():
-        g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None,
-                       help=f"{name} (default {getattr(model_cfg, name)})")
-    g.add_argument("--norm", choices=["pre", "post"], default=None, help="LayerNorm placement (default pre)")
-    g = t.add_argument_group("optimisation")
-    for name, typ in _TRAIN_OPTIONS.items():
-        note = "; may change when resuming" if name in RESUMABLE else ""
-        default = (getattr(train_cfg, name) if name != "lr_decay_iters"
-                   else "max_iters of the new run, kept when resuming")
-        extra = "; the batch of one step is computed in N slices, same gradient" if name == "grad_accum_steps" else ""
-        g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None,
-                       help=f"{name} (default {default}{extra}{note})")
+    _add_model_options(t, model_cfg)
+    _add_optimisation_options(t, train_cfg)
 
+# %% ../nbs/08a_cli.ipynb #956b400f
+def _add_sample_command(sub) -> None:
+    "Add the `sample` command to the sub-parsers `sub`."
     s = sub.add_parser("sample", help="generate text from a checkpoint",
                        description="Print the prompt followed by generated text; the same seed gives the same text.")
     s.add_argument("--checkpoint", required=True, metavar="PATH",
@@ -104,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=1337, help="random seed (default 1337)")
     s.add_argument("--device", default="cpu", help="cpu (default), cuda or mps; a checkpoint from any device loads")
 
+# %% ../nbs/08a_cli.ipynb #aa86b216
+def _add_prepare_command(sub) -> None:
+    "Add the `prepare` command to the sub-parsers `sub`."
     p = sub.add_parser("prepare", help="tokenize a corpus once into token files for `train --data DIR`",
                        description="Tokenize a UTF-8 text file, or a folder of .txt files, 1 MB at a time into "
                                    "DIR/train.bin and DIR/val.bin (first 90% of the bytes / last 10%) and "
@@ -114,7 +128,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the token files")
     p.add_argument("--val-fraction", type=float, default=0.1, help="share of the bytes for validation (default 0.1)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+# %% ../nbs/08a_cli.ipynb #328ce991
+def build_parser() -> argparse.ArgumentParser:
+    "The `transformerbook` argument parser (commands `train`, `sample` and `prepare`)."
+    model_cfg, train_cfg = preset_configs()
+    parser = _Parser(prog="transformerbook", description="Train a small GPT and sample from it (transformerbook).")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_train_command(sub, model_cfg, train_cfg)
+    _add_sample_command(sub)
+    _add_prepare_command(sub)
     return parser
+
+# %% ../nbs/08a_cli.ipynb #31a24cdf
+def _text_corpus(path: Path, tokenizer: str) -> tuple:
+    "(tokenizer, train_ids, val_ids, (train text, val text)) of a UTF-8 text file, split 90/10 by characters."
+    text = path.read_text(encoding="utf-8")
+    if not text: raise ValueError(f"the corpus {path} is empty")
+    tok = CharTokenizer().train(text) if tokenizer == "char" else TiktokenGPT2()
+    texts = train_val_split(text, 0.9)
+    train_ids, val_ids = (torch.tensor(tok.encode(s), dtype=torch.long) for s in texts)
+    return tok, train_ids, val_ids, texts
+
+# %% ../nbs/08a_cli.ipynb #303d1281
+def _bytes_per_token(texts: tuple, ids: tuple) -> tuple:
+    "Bytes of UTF-8 text per token of each split: `texts` and `ids` are (train, val) pairs."
+    return tuple(len(s.encode("utf-8")) / max(len(i), 1) for s, i in zip(texts, ids))
+
+# %% ../nbs/08a_cli.ipynb #88acb8e3
+def _prepared_corpus(data: str, tokenizer: str) -> tuple:
+    "(tokenizer, train_ids, val_ids, bytes per token of each split) of a folder written by `prepare_data`."
+    tok, train_ids, val_ids, meta = load_prepared(Path(data))
+    if meta["tokenizer"]["kind"] != tokenizer:
+        raise ValueError(f"--data {data} was prepared with --tokenizer {meta['tokenizer']['kind']}, "
+                         f"not {tokenizer}")
+    per_token = (meta["train_bytes"] / meta["train_tokens"], meta["val_bytes"] / meta["val_tokens"])
+    return tok, train_ids, val_ids, per_token
 
 # %% ../nbs/08a_cli.ipynb #1207593f
 _DATASET_TEXT = {"tinyshakespeare": load_tinyshakespeare}  # the text behind each name of DATASETS
@@ -126,134 +175,155 @@ def _load_corpus(data: str, tokenizer: str) -> tuple:
         tok, train_ids, val_ids = load_dataset(data, tokenizer)
         texts = train_val_split(_DATASET_TEXT[data](), 0.9)  # the two texts `load_dataset` encoded
     elif path.is_dir():
-        tok, train_ids, val_ids, meta = load_prepared(path)
-        if meta["tokenizer"]["kind"] != tokenizer:
-            raise ValueError(f"--data {data} was prepared with --tokenizer {meta['tokenizer']['kind']}, "
-                             f"not {tokenizer}")
-        per_token = (meta["train_bytes"] / meta["train_tokens"], meta["val_bytes"] / meta["val_tokens"])
-        return tok, train_ids, val_ids, per_token
+        return _prepared_corpus(data, tokenizer)
     elif path.is_file():
-        text = path.read_text(encoding="utf-8")
-        if not text: raise ValueError(f"the corpus {path} is empty")
-        tok = CharTokenizer().train(text) if tokenizer == "char" else TiktokenGPT2()
-        texts = train_val_split(text, 0.9)
-        train_ids, val_ids = (torch.tensor(tok.encode(s), dtype=torch.long) for s in texts)
+        tok, train_ids, val_ids, texts = _text_corpus(path, tokenizer)
     else:
         raise ValueError(f"unknown data set {data!r}: use one of {list(DATASETS)}, a text file or a prepared folder")
-    # bytes per token from the texts themselves: decoding a million ids back to text cost about a second a run
-    per_token = tuple(len(s.encode("utf-8")) / max(len(ids), 1) for s, ids in zip(texts, (train_ids, val_ids)))
-    return tok, train_ids, val_ids, per_token
+    return tok, train_ids, val_ids, _bytes_per_token(texts, (train_ids, val_ids))
 
+# %% ../nbs/08a_cli.ipynb #3e017978
 def _given(args, names) -> dict:
+    "The options among `names` that were given on the command line (the others are None)."
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
-def _train_configs(args) -> tuple:
-    "(model_cfg or None, train_cfg, preset tokenizer) from the options, the preset and, with --resume, the checkpoint."
-    model_given = _given(args, [*_MODEL_OPTIONS, "norm"])
-    train_given = _given(args, [*_TRAIN_OPTIONS, "dtype", "compile"])
-    preset_model, preset_train = preset_configs(args.preset)
-    if not args.resume:
-        train_cfg = TrainConfig.from_dict({**preset_train.to_dict(), "lr_decay_iters": None, **train_given})
-        # lr_decay_iters=None: `train` fixes it to max_iters and stores it, so a later --resume --max-iters N keeps
-        # this run's schedule (no jump of the learning rate)
-        return None, train_cfg, model_given
-    ckpt = load_checkpoint(Path(args.out)/CHECKPOINT_NAME)
-    if ckpt["train_config"] is None: raise CheckpointError(f"cannot resume from {args.out}: no optimizer state")
+# %% ../nbs/08a_cli.ipynb #8bdb23a0
+def _resume_configs(out: str, model_given: dict, train_given: dict) -> tuple:
+    "(model_cfg, train_cfg) to resume the run in folder `out`. `CheckpointError` if the given options do not fit it."
+    ckpt = load_checkpoint(Path(out)/CHECKPOINT_NAME)
+    if ckpt["train_config"] is None: raise CheckpointError(f"cannot resume from {out}: no optimizer state")
     model_cfg = GPTConfig.from_dict(ckpt["model_config"])
     clash = {k: (getattr(model_cfg, k), v) for k, v in model_given.items() if getattr(model_cfg, k) != v}
     if clash: raise CheckpointError(f"cannot resume: the model options differ from the checkpoint's ({{option: "
                                     f"(checkpoint, given)}} = {clash})")
-    return model_cfg, resume_config(ckpt["train_config"], train_given, args.out), model_given
+    return model_cfg, resume_config(ckpt["train_config"], train_given, out)
 
-def _train(args) -> int:
+# %% ../nbs/08a_cli.ipynb #086539d3
+def _train_configs(args) -> tuple:
+    "(model_cfg or None, train_cfg, model options given) from the options, the preset and --resume's checkpoint."
+    model_given = _given(args, [*_MODEL_OPTIONS, "norm"])
+    train_given = _given(args, [*_TRAIN_OPTIONS, "dtype", "compile"])
+    if args.resume: return (*_resume_configs(args.out, model_given, train_given), model_given)
+    preset_train = preset_configs(args.preset)[1]
+    train_cfg = TrainConfig.from_dict({**preset_train.to_dict(), "lr_decay_iters": None, **train_given})
+    # lr_decay_iters=None: `train` fixes it to max_iters and stores it, so a later --resume --max-iters N keeps
+    # this run's schedule (no jump of the learning rate)
+    return None, train_cfg, model_given
+
+# %% ../nbs/08a_cli.ipynb #18ec9783
+def _check_out(args) -> Path:
+    "The checkpoint path DIR/ckpt.pt of `--out DIR`; `ValueError` if DIR is a file or the run would clash with it."
     out = Path(args.out)
     ckpt_path = out/CHECKPOINT_NAME  # where `train` reads and writes the checkpoint
     if out.exists() and not out.is_dir(): raise ValueError(f"--out {out} is a file; give a folder for the checkpoint")
     if args.resume and args.force: raise ValueError("--resume and --force contradict each other: choose one")
     if not args.resume and ckpt_path.exists() and not args.force:
         raise ValueError(f"{ckpt_path} already exists: continue it with --resume, or overwrite it with --force")
-    model_cfg, train_cfg, model_given = _train_configs(args)
-    rank, world, device = setup_distributed(resolve_device(args.device))
-    tokenizer = args.tokenizer or ("gpt2" if args.preset == "bpe-gpt2" else "char")
-    tok, train_ids, val_ids, bytes_per_token = _load_corpus(args.data, tokenizer)
+    return ckpt_path
+
+# %% ../nbs/08a_cli.ipynb #a6d0d293
+def _tokenizer_name(args) -> str:
+    "The run's tokenizer: `--tokenizer`, else the preset's."
+    return args.tokenizer or ("gpt2" if args.preset == "bpe-gpt2" else "char")
+
+def _run_model_config(args, model_cfg: GPTConfig | None, model_given: dict, tok) -> GPTConfig:
+    "The model of a new run (preset, options and `tok`'s vocabulary), or `model_cfg` once its vocabulary fits `tok`."
     if model_cfg is None:
-        model_cfg = GPTConfig.from_dict({**preset_configs(args.preset)[0].to_dict(), "vocab_size": tok.vocab_size,
-                                         **model_given})
-    elif model_cfg.vocab_size != tok.vocab_size:
+        return GPTConfig.from_dict({**preset_configs(args.preset)[0].to_dict(), "vocab_size": tok.vocab_size,
+                                    **model_given})
+    if model_cfg.vocab_size != tok.vocab_size:
         raise CheckpointError(f"cannot resume: the checkpoint's vocabulary has {model_cfg.vocab_size} tokens, "
-                              f"--data {args.data} --tokenizer {tokenizer} gives {tok.vocab_size}")
+                              f"--data {args.data} --tokenizer {_tokenizer_name(args)} gives {tok.vocab_size}")
+    return model_cfg
+
+# %% ../nbs/08a_cli.ipynb #c5a91ff8
+def _check_splits(train_ids, val_ids, context_length: int) -> None:
+    "`ValueError` unless both splits (1-D token ids) are longer than `context_length`."
     for name, ids in (("training", train_ids), ("validation", val_ids)):
-        if len(ids) <= model_cfg.context_length:
+        if len(ids) <= context_length:
             raise ValueError(f"the {name} split has {len(ids)} tokens; it needs more than "
-                             f"context_length={model_cfg.context_length}")
-    check_batch_split(train_cfg.batch_size, world, train_cfg.grad_accum_steps)
-    torch.manual_seed(train_cfg.seed)
-    model = GPT(model_cfg).to(device)
-    log = (lambda msg: tqdm.write(msg, file=sys.stderr)) if rank == 0 else (lambda msg: None)
-    log(f"{model.n_params() / 1e6:.2f}M parameters; {len(train_ids):,} training / {len(val_ids):,} validation tokens; "
-        f"{device}, {train_cfg.dtype}{', compiled' if train_cfg.compile else ''}"
-        f"{f', {world} processes' if world > 1 else ''}; {'resuming' if args.resume else 'writing'} {ckpt_path}")
-    same = (args.data == "tinyshakespeare" and not model_given and args.tokenizer in (None, tokenizer)
+                             f"context_length={context_length}")
+
+# %% ../nbs/08a_cli.ipynb #6ad25e58
+def _same_settings(args, model_given: dict) -> bool:
+    "Whether the run uses its preset's data, model and optimisation (evaluation and accumulation may differ)."
+    return (args.data == "tinyshakespeare" and not model_given and args.tokenizer in (None, _tokenizer_name(args))
             and all(getattr(args, n) is None for n in _TRAIN_OPTIONS if n not in ("eval_interval", "eval_iters",
                                                                                      "grad_accum_steps")))
-    bpb = lambda loss, split: bits_per_byte(loss, 1, bytes_per_token[split == "val"])
+
+# %% ../nbs/08a_cli.ipynb #31928467
+def _eval_logger(log, preset: str, same: bool, bytes_per_token: tuple):
+    "The `on_eval(step, losses)` callback for `train`: `log` the losses (nats/token, bits/byte) and any band note."
     def on_eval(step, losses):
-        log(f"step {step}: train loss {losses['train']:.4f} ({bpb(losses['train'], 'train'):.3f} bits/byte), "
-            f"val loss {losses['val']:.4f} ({bpb(losses['val'], 'val'):.3f} bits/byte)")
-        note = outside_reference(args.preset, step, losses["val"], same_settings=same)
+        train_bpb, val_bpb = (bits_per_byte(losses[s], 1, b) for s, b in zip(("train", "val"), bytes_per_token))
+        log(f"step {step}: train loss {losses['train']:.4f} ({train_bpb:.3f} bits/byte), "
+            f"val loss {losses['val']:.4f} ({val_bpb:.3f} bits/byte)")
+        note = outside_reference(preset, step, losses["val"], same_settings=same)
         if note: log(f"note: {note}")
-    history = train(model, train_ids, val_ids, train_cfg, out_dir=out, tokenizer=tok, resume=args.resume,
-                    progress=not args.no_progress, on_eval=on_eval)
-    if history.steps and rank == 0:
-        print(f"step {history.steps[-1]}: train loss {history.train_loss[-1]:.4f}, val loss {history.val_loss[-1]:.4f} "
-              f"({bpb(history.val_loss[-1], 'val'):.3f} bits/byte); checkpoint {ckpt_path}")
-        print(f"model card {write_model_card(out, data=args.data)}", file=sys.stderr)  # chapter 11a reads it
-    return 0
+    return on_eval
+
+# %% ../nbs/08a_cli.ipynb #e53c001d
+def _card_model(ckpt: dict, path: str | Path) -> list[str]:
+    "The title and the Model section of a card (Markdown lines) for the checkpoint `ckpt` loaded from `path`."
+    m = ckpt["model_config"]
+    n_params = GPT(GPTConfig.from_dict(m)).n_params()  # counts tied weights once (chapter 6)
+    tok = (ckpt["tokenizer"] or {}).get("kind", "none stored")
+    return [f"# Model card: {Path(checkpoint_file(path)).parent.name or 'transformerbook GPT'}", "",
+            "## Model", "",
+            f"- A decoder-only transformer language model (transformerbook `lm_head.GPT`): {m['n_layers']} layers, "
+            f"{m['n_heads']} heads, d_model {m['d_model']}, context {m['context_length']} tokens, "
+            f"vocabulary {m['vocab_size']} ({tok} tokenizer), {n_params:,} parameters.",
+            f"- Trained for {ckpt['step']:,} steps with transformerbook {ckpt.get('code_version', '?')}.", ""]
+
+# %% ../nbs/08a_cli.ipynb #7a5e05b6
+def _card_data(data: str) -> list[str]:
+    "The Training data section of a card: `data` is a data set name or a file."
+    corpus = ("TinyShakespeare (1,115,394 characters of Shakespeare's plays; nanoGPT's split: first 90% train, "
+              "last 10% validation)" if data == "tinyshakespeare"
+              else f"`{data}` (first 90% train, last 10% validation)")
+    return ["## Training data", "", f"- {corpus}.", ""]
+
+def _card_config(train_config: dict) -> list[str]:
+    "The Training configuration section of a card: a table of the checkpoint's `train_config`."
+    return ["## Training configuration", "", "| setting | value |", "|---|---|",
+            *[f"| {k} | {v} |" for k, v in train_config.items()]]
+
+# %% ../nbs/08a_cli.ipynb #46946c27
+def _card_metrics(history: dict, data: str) -> list[str]:
+    "The Metrics section of a card: the last evaluation of the checkpoint's `history`, and what is known of leakage."
+    if not history.get("steps"): return ["## Metrics", "", "- No evaluation was recorded."]
+    tl, vl = history["train_loss"][-1], history["val_loss"][-1]
+    return ["## Metrics", "",
+            f"- At step {history['steps'][-1]:,}: training loss {tl:.4f}, validation loss {vl:.4f} nats per token "
+            f"(validation perplexity {math.exp(vl):.2f}).",
+            "- The validation split shares no 13-word sequence with the training split (GPT-3's contamination "
+            "test; chapter 11a)." if data == "tinyshakespeare" else
+            "- Contamination between the splits has not been measured for this data."]
+
+# %% ../nbs/08a_cli.ipynb #34cb3b1b
+_CARD_USE = ["## Intended use", "",
+             "- Teaching and experiments: a small model whose every part can be inspected; generating "
+             "pastiche of its training text.", "",
+             "## Limitations and risks", "",
+             "- It writes plausible-looking text with no notion of truth: do not use its output as fact.",
+             "- Its knowledge and style are those of its training text only; outside it the model is poor.",
+             "- It may reproduce passages of its training data verbatim (chapter 11a measures how often).",
+             "- It has not been evaluated for toxicity or social bias; a model this small and this narrowly "
+             "trained cannot be meaningfully measured for them, and no claim of safety is made.", ""]
 
 # %% ../nbs/08a_cli.ipynb #d0b00d74
-MODEL_CARD_NAME = "MODEL_CARD.md"
-
 def model_card(path: str | Path, # a checkpoint file or a run folder
                data: str = "tinyshakespeare", # what it was trained on (a dataset name or a file)
               ) -> str: # Markdown
     """A model card (Mitchell et al. 2019) for a checkpoint: model, training data and configuration, metrics
     (final training and validation loss, perplexity), intended use and limitations. `CheckpointError` for a bad file."""
     ckpt = load_checkpoint(path)
-    m, t, h = ckpt["model_config"], ckpt["train_config"] or {}, ckpt["history"] or {}
-    n_params = GPT(GPTConfig.from_dict(m)).n_params()  # counts tied weights once (chapter 6)
-    tok = (ckpt["tokenizer"] or {}).get("kind", "none stored")
-    corpus = ("TinyShakespeare (1,115,394 characters of Shakespeare's plays; nanoGPT's split: first 90% train, "
-              "last 10% validation)" if data == "tinyshakespeare"
-              else f"`{data}` (first 90% train, last 10% validation)")
-    lines = [f"# Model card: {Path(checkpoint_file(path)).parent.name or 'transformerbook GPT'}", "",
-             "## Model", "",
-             f"- A decoder-only transformer language model (transformerbook `lm_head.GPT`): {m['n_layers']} layers, "
-             f"{m['n_heads']} heads, d_model {m['d_model']}, context {m['context_length']} tokens, "
-             f"vocabulary {m['vocab_size']} ({tok} tokenizer), {n_params:,} parameters.",
-             f"- Trained for {ckpt['step']:,} steps with transformerbook {ckpt.get('code_version', '?')}.", "",
-             "## Training data", "", f"- {corpus}.", "",
-             "## Training configuration", "", "| setting | value |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in t.items()]
-    lines += ["", "## Metrics", ""]
-    if h.get("steps"):
-        tl, vl = h["train_loss"][-1], h["val_loss"][-1]
-        lines += [f"- At step {h['steps'][-1]:,}: training loss {tl:.4f}, validation loss {vl:.4f} nats per token "
-                  f"(validation perplexity {math.exp(vl):.2f}).",
-                  "- The validation split shares no 13-word sequence with the training split (GPT-3's contamination "
-                  "test; chapter 11a)." if data == "tinyshakespeare" else
-                  "- Contamination between the splits has not been measured for this data."]
-    else:
-        lines += ["- No evaluation was recorded."]
-    lines += ["", "## Intended use", "",
-              "- Teaching and experiments: a small model whose every part can be inspected; generating "
-              "pastiche of its training text.", "",
-              "## Limitations and risks", "",
-              "- It writes plausible-looking text with no notion of truth: do not use its output as fact.",
-              "- Its knowledge and style are those of its training text only; outside it the model is poor.",
-              "- It may reproduce passages of its training data verbatim (chapter 11a measures how often).",
-              "- It has not been evaluated for toxicity or social bias; a model this small and this narrowly "
-              "trained cannot be meaningfully measured for them, and no claim of safety is made.", ""]
+    lines = [*_card_model(ckpt, path), *_card_data(data), *_card_config(ckpt["train_config"] or {}), "",
+             *_card_metrics(ckpt["history"] or {}, data), "", *_CARD_USE]
     return "\n".join(lines)
+
+# %% ../nbs/08a_cli.ipynb #351eea58
+MODEL_CARD_NAME = "MODEL_CARD.md"
 
 def write_model_card(path: str | Path, # a checkpoint file or a run folder
                      data: str = "tinyshakespeare", # passed to `model_card`
@@ -270,8 +340,36 @@ def write_model_card(path: str | Path, # a checkpoint file or a run folder
         raise
     return dest
 
+# %% ../nbs/08a_cli.ipynb #085e9d21
+def _train(args) -> int:
+    "`transformerbook train`: check, configure, load the corpus, train with logging, write the model card."
+    out = Path(args.out)
+    ckpt_path = _check_out(args)
+    model_cfg, train_cfg, model_given = _train_configs(args)
+    rank, world, device = setup_distributed(resolve_device(args.device))
+    tok, train_ids, val_ids, bytes_per_token = _load_corpus(args.data, _tokenizer_name(args))
+    model_cfg = _run_model_config(args, model_cfg, model_given, tok)
+    _check_splits(train_ids, val_ids, model_cfg.context_length)
+    check_batch_split(train_cfg.batch_size, world, train_cfg.grad_accum_steps)
+    torch.manual_seed(train_cfg.seed)
+    model = GPT(model_cfg).to(device)
+    log = (lambda msg: tqdm.write(msg, file=sys.stderr)) if rank == 0 else (lambda msg: None)
+    log(f"{model.n_params() / 1e6:.2f}M parameters; {len(train_ids):,} training / {len(val_ids):,} validation tokens; "
+        f"{device}, {train_cfg.dtype}{', compiled' if train_cfg.compile else ''}"
+        f"{f', {world} processes' if world > 1 else ''}; {'resuming' if args.resume else 'writing'} {ckpt_path}")
+    on_eval = _eval_logger(log, args.preset, same=_same_settings(args, model_given), bytes_per_token=bytes_per_token)
+    history = train(model, train_ids, val_ids, train_cfg, out_dir=out, tokenizer=tok, resume=args.resume,
+                    progress=not args.no_progress, on_eval=on_eval)
+    if history.steps and rank == 0:
+        val_bpb = bits_per_byte(history.val_loss[-1], 1, bytes_per_token[1])
+        print(f"step {history.steps[-1]}: train loss {history.train_loss[-1]:.4f}, val loss {history.val_loss[-1]:.4f} "
+              f"({val_bpb:.3f} bits/byte); checkpoint {ckpt_path}")
+        print(f"model card {write_model_card(out, data=args.data)}", file=sys.stderr)  # chapter 11a reads it
+    return 0
+
 # %% ../nbs/08a_cli.ipynb #0a28ca07
 def _sample(args) -> int:
+    "`transformerbook sample`: load the checkpoint, generate from the prompt, print prompt and continuation."
     from transformerbook.sampling import generate
     model, tok = load_model(args.checkpoint, resolve_device(args.device))  # weights load on any device
     if tok is None: raise CheckpointError(f"{checkpoint_file(args.checkpoint)} holds no tokenizer; cannot decode")
@@ -283,20 +381,24 @@ def _sample(args) -> int:
     print(tok.decode(ids[0].tolist()))
     return 0
 
+# %% ../nbs/08a_cli.ipynb #fedf2f4c
 def _prepare(args) -> int:
+    "`transformerbook prepare`: tokenize the corpus into token files with `prepare_data`; print how to train on them."
     meta = prepare_data(args.data, args.out, args.tokenizer, args.val_fraction, progress=not args.no_progress)
     print(f"{meta['train_tokens']:,} training / {meta['val_tokens']:,} validation tokens ({meta['dtype']}) in "
           f"{args.out}; train with: transformerbook train --data {args.out} --tokenizer {args.tokenizer} --out DIR")
     return 0
 
-# %% ../nbs/08a_cli.ipynb #bbe015a0
+# %% ../nbs/08a_cli.ipynb #09c0ce00
 _USER_ERRORS = (ValueError, TypeError, CheckpointError, DataUnavailableError, ChecksumError, TrainingDivergedError,
                 FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError)
 
 def _first_line(e) -> str:
+    "The first line of an exception's message, or its type's name when it has none."
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
 
+# %% ../nbs/08a_cli.ipynb #bbe015a0
 def main(argv: list[str] | None = None, # arguments without the program name; None = sys.argv[1:]
         ) -> int: # exit status: 0 success, 2 a usage or input error, 1 training diverged
     "Entry point of the `transformerbook` console script."
