@@ -1,13 +1,14 @@
 """Unembedding, weight tying, a softmax over the vocabulary, and the whole decoder-only model (J&M 10.6).
 
 **In the package** (`transformerbook.lm_head`): `GPT(GPTConfig(...))` is a decoder-only transformer mapping (B, T)
-token ids to (B, T, vocab_size) logits; `GPTConfig.gpt2_small()` holds GPT-2 small's sizes, its switches (`POSITIONALS`
-among them) also describe Llama- and Qwen3-style models (chapter 12), and `gpt2_init(module, n_layers)` is GPT-2's
-initialisation. Loading OpenAI's weights from the Hugging Face Hub is a separate job, in
-`transformerbook.pretrained` (`from_pretrained("gpt2")`), which imports this module, never the other way round.
-`approx_non_embedding_params(n_layers, d_model)` is Kaplan et al.'s 12 · n_layers ·
-d_model² estimate, and `logit_lens(model, token_ids)` reads next-token logits from the residual stream after every
-block, shape (n_layers + 1, B, T, vocab_size).
+token ids to (B, T, vocab_size) logits; `GPTConfig.gpt2_small()` holds GPT-2 small's sizes, its switches
+(`POSITIONALS` among them) also describe Llama- and Qwen3-style models (chapter 12), and `gpt2_init(module, n_layers)`
+is GPT-2's initialisation; `with eval_mode(model):` reads a model without dropout and restores its mode afterwards.
+Loading OpenAI's weights from the Hugging Face Hub is a separate job, in `transformerbook.pretrained`
+(`from_pretrained("gpt2")`), which imports this module, never the other way round.
+`approx_non_embedding_params(n_layers, d_model)` is Kaplan et al.'s 12 · n_layers · d_model² estimate, and
+`logit_lens(model, token_ids)` reads next-token logits from the residual stream after every block, shape (n_layers +
+1, B, T, vocab_size).
 
 Docs: https://transformerbook.github.io/transformerbook/lm_head.html.md"""
 
@@ -17,6 +18,7 @@ Docs: https://transformerbook.github.io/transformerbook/lm_head.html.md"""
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -29,7 +31,7 @@ from .validation import check_choice, check_in_interval, check_instance, check_p
 from .validation import check_positive_ints, check_positive_number
 
 # %% auto #0
-__all__ = ['POSITIONALS', 'GPTConfig', 'gpt2_init', 'GPT', 'approx_non_embedding_params', 'logit_lens']
+__all__ = ['POSITIONALS', 'GPTConfig', 'gpt2_init', 'GPT', 'eval_mode', 'approx_non_embedding_params', 'logit_lens']
 
 # %% ../nbs/06_lm_head.ipynb #e9936979
 POSITIONALS = ("learned", "sinusoidal", "rotary")  # where positions enter: added to x (first two) or rotating q and k
@@ -261,6 +263,18 @@ def _check_inputs(config: GPTConfig, token_ids, padding_mask, position_ids, kv_c
                          f"got {tuple(padding_mask.shape)}")  # its dtype is checked where it is combined
     return B, T, past
 
+# %% ../nbs/06_lm_head.ipynb #178fb540
+@contextmanager
+def eval_mode(model: nn.Module): # any module; its `training` flag is restored on exit
+    """Inside the `with` block `model` is in eval mode (dropout off, `model.training` False); on exit, also after an
+    error or Ctrl-C, it is back in the mode it had (`model.train(was_training)`, which sets every submodule)."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
 # %% ../nbs/06_lm_head.ipynb #8883c02a
 def approx_non_embedding_params(n_layers: int, # number of transformer blocks
                                 d_model: int, # residual-stream width d
@@ -279,11 +293,7 @@ def logit_lens(model: GPT, # any GPT; a post-norm model has no ln_f (identity)
 
     Runs the model in eval mode (no dropout, so the result is deterministic) and restores its mode afterwards.
     Raises what `GPT.residual_stream` raises for bad token_ids or padding_mask."""
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         states = model.residual_stream(token_ids, padding_mask)  # n_layers + 1 × (B, T, D); the last already has ln_f
         normed = [model.ln_f(h) for h in states[:-1]] + [states[-1]]
         return torch.stack([model.lm_head(h) for h in normed])  # (L+1, B, T, D) -> (L+1, B, T, V)
-    finally:
-        model.train(was_training)

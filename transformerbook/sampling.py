@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from .lm_head import eval_mode
 from .masking import make_padding_mask
 from .validation import (check_in_interval, check_int_in_range, check_nonnegative_int,
                                         check_positive_int, check_positive_ints, check_positive_number, is_number)
@@ -346,9 +347,8 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
     prompt, prompt_mask = _as_left_padded(token_ids, lengths, cfg.vocab_size, pad, next(model.parameters()).device)
     ids, mask, positions, finished = _generation_buffers(prompt, prompt_mask, max_new_tokens, pad)  # (B, P + n), (B,)
     padded = not bool(prompt_mask.all())  # one host sync, here rather than at every step
-    cache, was_training, N = None, model.training, prompt.shape[1]  # N: columns filled so far
-    model.eval()  # no dropout while generating
-    try:
+    cache, N = None, prompt.shape[1]  # N: columns filled so far
+    with eval_mode(model):  # no dropout while generating
         for _ in range(max_new_tokens):
             logits, cache = _next_logits(model, ids, mask, positions, N, cache, padded, use_kv_cache)  # (B, V)
             next_ids = _next_token(logits, temperature, top_k, top_p, generator)  # (B,)
@@ -356,8 +356,6 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
             ids[:, N] = next_ids  # (B,) into column N
             N += 1
             if eos_token_id is not None and finished.all(): break
-    finally:
-        model.train(was_training)
     return ids[:, :N].contiguous()  # (B, N): a copy only if generation stopped early
 
 # %% ../nbs/07_sampling.ipynb #80b97875
@@ -412,12 +410,8 @@ def score_continuations(model: nn.Module, # a `GPT`
     device = next(model.parameters()).device
     L = max(len(s) for s in seqs)
     batch = torch.tensor([s + [0] * (L - len(s)) for s in seqs], device=device)  # (N, L), right-padded
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         log_probs = model(batch).float().log_softmax(-1)  # (N, L, V)
-    finally:
-        model.train(was_training)
     scores = []
     for i, (s, start) in enumerate(zip(seqs, starts)):
         targets = torch.tensor(s[start:], device=device)  # (m,) the continuation's tokens
@@ -474,9 +468,7 @@ def perplexity(model: nn.Module, # a `GPT`
     device = next(model.parameters()).device
     ids = ids.to(device)
     nll = torch.zeros(T, dtype=torch.float64, device=device)  # nll[t] = -log P(w_t | w_<t)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         first, stride = 1, max(1, C // 2)
         while first < T:  # score targets first..end-1, feeding the (at most C) inputs ids[start : end-1]
             end = min(T, max(first + stride, C + 1))
@@ -485,8 +477,6 @@ def perplexity(model: nn.Module, # a `GPT`
             t = torch.arange(first, end, device=device)
             nll[first:end] = -logp[t - start - 1, ids[first:end]]  # position t-1 predicts token t
             first = end
-    finally:
-        model.train(was_training)
     return math.exp(nll[prompt_length:].mean().item())
 
 # %% ../nbs/07_sampling.ipynb #4d24b0fb
@@ -549,9 +539,8 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
     if ids.shape[0] != 1: raise ValueError(f"beam_search takes one prompt, got {ids.shape[0]}")
     beams, beam_scores = ids.expand(K, -1), torch.full((K,), -1e9, device=ids.device)  # (K, P) prompt copies, (K,)
     beam_scores[0] = 0.0  # only beam 0 is real at the start
-    finished, was_training = _Finished(K), model.training
-    model.eval()  # no dropout while searching
-    try:
+    finished = _Finished(K)
+    with eval_mode(model):  # no dropout while searching
         for n in range(1, max_new_tokens + 1):
             log_probs = model(beams[:, -C:])[:, -1].float().log_softmax(-1)  # (K, V) next-token log P of each beam
             seqs, cand_scores = _extend_beams(beams, beam_scores, log_probs, generator)  # step 1: (2K, P + n), (2K,)
@@ -562,8 +551,6 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
             beams, beam_scores = seqs[live], cand_scores[live]
             if ends.all() or finished.done(beam_scores[0], n, max_new_tokens, length_penalty, early_stopping):
                 break  # step 4
-    finally:
-        model.train(was_training)
     return finished.seqs[0], finished.scores[0].item()
 
 # %% ../nbs/07_sampling.ipynb #23ca72bd
