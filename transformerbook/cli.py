@@ -270,9 +270,9 @@ def _card_model(ckpt: dict, path: str | Path) -> list[str]:
     tok = (ckpt["tokenizer"] or {}).get("kind", "none stored")
     return [f"# Model card: {Path(checkpoint_file(path)).parent.name or 'transformerbook GPT'}", "",
             "## Model", "",
-            f"- A decoder-only transformer language model (transformerbook `lm_head.GPT`): {m['n_layers']} layers, "
-            f"{m['n_heads']} heads, d_model {m['d_model']}, context {m['context_length']} tokens, "
-            f"vocabulary {m['vocab_size']} ({tok} tokenizer), {n_params:,} parameters.",
+            f"- A decoder-only transformer language model (transformerbook `lm_head.GPT`): n_layers {m['n_layers']}, "
+            f"n_heads {m['n_heads']}, d_model {m['d_model']}, context_length {m['context_length']} tokens, "
+            f"vocab_size {m['vocab_size']} ({tok} tokenizer), {n_params:,} parameters.",
             f"- Trained for {ckpt['step']:,} steps with transformerbook {ckpt.get('code_version', '?')}.", ""]
 
 # %% ../nbs/08a_cli.ipynb #7a5e05b6
