@@ -2,8 +2,8 @@
 forcing, batching and packing, AdamW with warm-up and cosine decay, checkpoints that resume exactly (J&M 10.9).
 
 **In the package** (`transformerbook.training`): `train(model, train_data, val_data, train_cfg)`, with `train_cfg` a
-`TrainConfig`, runs the loop (AdamW from `configure_optimizer`, the schedule `lr_at`, clipping, `estimate_loss` at
-every evaluation) and returns a `TrainHistory`; a new run's settings come from `new_run_config`, a resumed run's from
+`TrainConfig`, runs the loop (AdamW from `configure_optimizer`, the schedule `lr_at`, one `train_step` per batch with
+gradient accumulation and clipping, `estimate_loss` at every evaluation) and returns a `TrainHistory`; a new run's settings come from `new_run_config`, a resumed run's from
 `resume_config` (only the `RESUMABLE` settings may change). With `out_dir` it writes checkpoints (`save_checkpoint`,
 `load_checkpoint`, `checkpoint_file`, `load_model`) and can resume exactly. A NaN loss raises
 `TrainingDivergedError`; an unusable checkpoint raises `CheckpointError`. Data: `load_dataset` (the names in
@@ -56,10 +56,10 @@ __all__ = ['DATASETS', 'PREPARED_META', 'DTYPES', 'CHECKPOINT_NAME', 'CHECKPOINT
            'PRESETS', 'cross_entropy_loss', 'get_batch', 'pack_documents', 'load_dataset', 'prepare_data',
            'load_prepared', 'TrainConfig', 'lr_at', 'configure_optimizer', 'estimate_loss', 'CheckpointError',
            'TrainingDivergedError', 'checkpoint_file', 'TrainHistory', 'save_checkpoint', 'load_checkpoint',
-           'load_model', 'resume_config', 'new_run_config', 'batch_slice', 'check_batch_split', 'train',
+           'load_model', 'resume_config', 'new_run_config', 'batch_slice', 'check_batch_split', 'train_step', 'train',
            'resolve_device', 'setup_distributed', 'baby_gpt_configs', 'preset_configs', 'bits_per_byte',
-           'reference_band', 'outside_reference', 'shakespeare_model', 'cached_shakespeare_model', 'cached_run_dir',
-           'cached_run']
+           'reference_band', 'outside_reference', 'cached_run_dir', 'cached_run', 'shakespeare_model',
+           'cached_shakespeare_model']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
 def _is_integer_tensor(x) -> bool:
@@ -159,7 +159,7 @@ def load_dataset(name: str = "tinyshakespeare", # a name in `DATASETS`
     to_ids = lambda s: torch.tensor(tok.encode(s), dtype=torch.long)
     return tok, to_ids(train_text), to_ids(val_text)
 
-# %% ../nbs/08_training.ipynb #3139b90e
+# %% ../nbs/08_training.ipynb #339f7b37
 PREPARED_META = "meta.json"  # next to train.bin and val.bin
 
 def _text_files(source: Path) -> list[Path]:
@@ -184,6 +184,58 @@ def _read_chunks(fh, limit: list, size: int = 1 << 20):
         if limit[0] is not None: limit[0] -= nbytes
         yield chunk
 
+# %% ../nbs/08_training.ipynb #4c9b3f28
+def _corpus_tokenizer(files: list[Path], tokenizer: str): # tokenizer: "char" or "gpt2"
+    "GPT-2's BPE, or a `CharTokenizer` over every character of `files` (a first pass, 1 MB at a time)."
+    if tokenizer != "char": return TiktokenGPT2()
+    chars = set()
+    for f in files:
+        with open(f, encoding="utf-8", newline="") as fh:
+            for chunk in _read_chunks(fh, [None]): chars.update(chunk)
+    return CharTokenizer(sorted(chars))
+
+# %% ../nbs/08_training.ipynb #4b3e92a4
+def _split_chunks(fh, split: str, # the open file; "train" or "val"
+                  train_left: list, # [bytes still to go to training] (+ the text cut at the split, pushed back)
+                  nbytes: dict, bar): # bytes read per split; a progress bar counting bytes
+    "The text of `fh` that goes to `split`, adding its UTF-8 bytes to `nbytes[split]` and to `bar`."
+    limit = train_left if split == "train" else [None]
+    pushed_back = [train_left.pop()] if split == "val" and len(train_left) > 1 else []
+    for chunk in itertools.chain(pushed_back, _read_chunks(fh, limit)):  # the text cut at the split
+        n = len(chunk.encode("utf-8"))
+        nbytes[split] += n
+        bar.update(n)
+        yield chunk
+
+# %% ../nbs/08_training.ipynb #7c1b05c5
+def _tokenize_files(files: list[Path], tok, # a tokenizer with `encode_iterable`
+                    out_dir: Path, # gets .train.bin.tmp and .val.bin.tmp
+                    train_bytes: int, # the first this many UTF-8 bytes of the corpus go to training
+                    dtype, bar) -> tuple[dict, dict]: # the tokens and the bytes written per split
+    """Encode `files` in order into the two temporary token files as raw `dtype` ids, 65,536 ids at a time; with GPT-2's
+    tokenizer every file ends with `<|endoftext|>`."""
+    counts, nbytes = {"train": 0, "val": 0}, {"train": 0, "val": 0}
+    train_left = [train_bytes]  # bytes still to go to the training split
+    outs = {s: open(out_dir/f".{s}.bin.tmp", "wb") for s in ("train", "val")}
+
+    def write(split, ids):
+        arr = np.fromiter(ids, dtype=np.int64)
+        outs[split].write(arr.astype(dtype).tobytes())
+        counts[split] += len(arr)
+
+    try:
+        for f in files:
+            with open(f, encoding="utf-8", newline="") as fh:
+                for split in ("train", "val"):
+                    ids = tok.encode_iterable(_split_chunks(fh, split, train_left, nbytes, bar))
+                    while batch := list(itertools.islice(ids, 1 << 16)): write(split, batch)
+                    if split == "train" and train_left[0] > 0: break  # the file ended before the split point
+                if isinstance(tok, TiktokenGPT2): write("train" if train_left[0] > 0 else "val", [tok.eos_token_id])
+    finally:
+        for fh in outs.values(): fh.close()
+    return counts, nbytes
+
+# %% ../nbs/08_training.ipynb #16bc9962
 def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt files
                  out_dir: str | Path, # gets train.bin, val.bin and meta.json
                  tokenizer: str = "char", # "char" (vocabulary from the corpus) or "gpt2" (tiktoken's GPT-2 BPE)
@@ -198,54 +250,22 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
     files = _text_files(source)
     total = sum(f.stat().st_size for f in files)
     if total == 0: raise ValueError(f"the corpus {source} is empty")
-    if tokenizer == "char":  # a first pass collects the characters
-        chars = set()
-        for f in files:
-            with open(f, encoding="utf-8", newline="") as fh:
-                for chunk in _read_chunks(fh, [None]): chars.update(chunk)
-        tok = CharTokenizer(sorted(chars))
-    else:
-        tok = TiktokenGPT2()
+    tok = _corpus_tokenizer(files, tokenizer)
     dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
     out_dir.mkdir(parents=True, exist_ok=True)
-    counts, nbytes = {"train": 0, "val": 0}, {"train": 0, "val": 0}
-    train_left = [int(total * (1 - val_fraction))]  # bytes still to go to the training split
-    outs = {s: open(out_dir/f".{s}.bin.tmp", "wb") for s in ("train", "val")}
     bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc=f"tokenizing {source.name}")
-
-    def write(split, ids):
-        arr = np.fromiter(ids, dtype=np.int64)
-        outs[split].write(arr.astype(dtype).tobytes())
-        counts[split] += len(arr)
-
-    try:
-        for f in files:
-            with open(f, encoding="utf-8", newline="") as fh:
-                for split in ("train", "val"):
-                    limit = train_left if split == "train" else [None]
-                    def chunks():
-                        pushed_back = [train_left.pop()] if split == "val" and len(train_left) > 1 else []
-                        for chunk in itertools.chain(pushed_back, _read_chunks(fh, limit)):  # the text cut at the split
-                            n = len(chunk.encode("utf-8"))
-                            nbytes[split] += n
-                            bar.update(n)
-                            yield chunk
-                    ids = tok.encode_iterable(chunks())
-                    while batch := list(itertools.islice(ids, 1 << 16)): write(split, batch)
-                    if split == "train" and train_left[0] > 0: break  # the file ended before the split point
-                if isinstance(tok, TiktokenGPT2): write("train" if train_left[0] > 0 else "val", [tok.eos_token_id])
-    finally:
-        bar.close()
-        for fh in outs.values(): fh.close()
+    try: counts, nbytes = _tokenize_files(files, tok, out_dir, int(total * (1 - val_fraction)), dtype, bar)
+    finally: bar.close()
     if counts["train"] == 0 or counts["val"] == 0:
         raise ValueError(f"the corpus {source} is too small to split ({counts['train']} / {counts['val']} tokens)")
-    for s in outs: os.replace(out_dir/f".{s}.bin.tmp", out_dir/f"{s}.bin")
+    for s in counts: os.replace(out_dir/f".{s}.bin.tmp", out_dir/f"{s}.bin")
     meta = {"tokenizer": tok.to_dict(), "dtype": np.dtype(dtype).name, "source": str(source), "files": len(files),
             "train_tokens": counts["train"], "val_tokens": counts["val"], "train_bytes": nbytes["train"],
             "val_bytes": nbytes["val"]}
     (out_dir/PREPARED_META).write_text(json.dumps(meta, indent=1))
     return meta
 
+# %% ../nbs/08_training.ipynb #146fac64
 def load_prepared(data_dir: str | Path, # a folder written by `prepare_data`
                  ) -> tuple: # (tokenizer, train_ids, val_ids, meta); the ids are read-only (N,) `numpy.memmap`s
     "Open prepared token files without reading them. Raises `ValueError` if the folder holds no prepared data."
@@ -256,9 +276,10 @@ def load_prepared(data_dir: str | Path, # a folder written by `prepare_data`
     ids = {s: np.memmap(data_dir/f"{s}.bin", dtype=meta["dtype"], mode="r") for s in ("train", "val")}
     return tokenizer_from_dict(meta["tokenizer"]), ids["train"], ids["val"], meta
 
-# %% ../nbs/08_training.ipynb #3ad50a84
+# %% ../nbs/08_training.ipynb #bbdf9984
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # TrainConfig.dtype
 
+# %% ../nbs/08_training.ipynb #aaa53c78
 @dataclass
 class TrainConfig:
     "Optimisation settings; the defaults are nanoGPT's CPU 'baby GPT' on character-level TinyShakespeare. Validated."
@@ -281,32 +302,7 @@ class TrainConfig:
 
     def __post_init__(self):
         "Type errors name the field and value (`TypeError`); out-of-range values raise `ValueError`."
-        ints = ("max_iters", "batch_size", "warmup_iters", "eval_interval", "eval_iters", "seed", "grad_accum_steps")
-        floats = ("learning_rate", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip")
-        for name in (*ints, "lr_decay_iters"):
-            value = getattr(self, name)
-            if not is_int(value) and not (name == "lr_decay_iters" and value is None):
-                raise TypeError(f"{name}={value!r} must be an int{' or None' if name == 'lr_decay_iters' else ''}, "
-                                f"not {type(value).__name__}")
-        for name in floats:
-            value = getattr(self, name)
-            if not is_number(value):
-                raise TypeError(f"{name}={value!r} must be a number, not {type(value).__name__}")
-            if not math.isfinite(value): raise ValueError(f"{name}={value!r} must be finite")
-        for name, low in (("max_iters", 1), ("batch_size", 1), ("warmup_iters", 0), ("eval_interval", 1),
-                          ("eval_iters", 1), ("grad_accum_steps", 1)):
-            check_int_in_range(name, getattr(self, name), low)
-        if not self.learning_rate > 0: raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
-        if not 0 <= self.min_lr <= self.learning_rate:
-            raise ValueError(f"min_lr={self.min_lr} must be in [0, learning_rate={self.learning_rate}]")
-        if self.lr_decay_iters is not None and self.lr_decay_iters < self.warmup_iters:
-            raise ValueError(f"lr_decay_iters={self.lr_decay_iters} must be >= warmup_iters={self.warmup_iters}")
-        if self.weight_decay < 0: raise ValueError(f"weight_decay={self.weight_decay} must be >= 0")
-        if self.grad_clip < 0: raise ValueError(f"grad_clip={self.grad_clip} must be >= 0 (0 disables clipping)")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1: raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
-        check_choice("dtype", self.dtype, DTYPES)
-        if not isinstance(self.compile, bool): raise TypeError(f"compile={self.compile!r} must be a bool")
+        _check_train_config(self)
 
     @property
     def decay_iters(self) -> int:
@@ -321,6 +317,36 @@ class TrainConfig:
         unknown = sorted(set(d) - {f.name for f in fields(cls)})
         if unknown: raise ValueError(f"unknown TrainConfig fields {unknown}")
         return cls(**d)
+
+# %% ../nbs/08_training.ipynb #fd7bccdc
+def _check_train_config(cfg: TrainConfig) -> None:
+    "`TrainConfig`'s checks: `TypeError` naming the field and value, `ValueError` for one out of range."
+    ints = ("max_iters", "batch_size", "warmup_iters", "eval_interval", "eval_iters", "seed", "grad_accum_steps")
+    floats = ("learning_rate", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip")
+    for name in (*ints, "lr_decay_iters"):
+        value = getattr(cfg, name)
+        if not is_int(value) and not (name == "lr_decay_iters" and value is None):
+            raise TypeError(f"{name}={value!r} must be an int{' or None' if name == 'lr_decay_iters' else ''}, "
+                            f"not {type(value).__name__}")
+    for name in floats:
+        value = getattr(cfg, name)
+        if not is_number(value):
+            raise TypeError(f"{name}={value!r} must be a number, not {type(value).__name__}")
+        if not math.isfinite(value): raise ValueError(f"{name}={value!r} must be finite")
+    for name, low in (("max_iters", 1), ("batch_size", 1), ("warmup_iters", 0), ("eval_interval", 1),
+                      ("eval_iters", 1), ("grad_accum_steps", 1)):
+        check_int_in_range(name, getattr(cfg, name), low)
+    if not cfg.learning_rate > 0: raise ValueError(f"learning_rate={cfg.learning_rate} must be > 0")
+    if not 0 <= cfg.min_lr <= cfg.learning_rate:
+        raise ValueError(f"min_lr={cfg.min_lr} must be in [0, learning_rate={cfg.learning_rate}]")
+    if cfg.lr_decay_iters is not None and cfg.lr_decay_iters < cfg.warmup_iters:
+        raise ValueError(f"lr_decay_iters={cfg.lr_decay_iters} must be >= warmup_iters={cfg.warmup_iters}")
+    if cfg.weight_decay < 0: raise ValueError(f"weight_decay={cfg.weight_decay} must be >= 0")
+    if cfg.grad_clip < 0: raise ValueError(f"grad_clip={cfg.grad_clip} must be >= 0 (0 disables clipping)")
+    for name in ("beta1", "beta2"):
+        if not 0 <= getattr(cfg, name) < 1: raise ValueError(f"{name}={getattr(cfg, name)} must be in [0, 1)")
+    check_choice("dtype", cfg.dtype, DTYPES)
+    if not isinstance(cfg.compile, bool): raise TypeError(f"compile={cfg.compile!r} must be a bool")
 
 # %% ../nbs/08_training.ipynb #6db139e3
 def lr_at(step: int, # optimizer step, counting from 0
@@ -408,7 +434,7 @@ class TrainHistory:
     @classmethod
     def from_dict(cls, d: dict) -> "TrainHistory": return cls(**{k: list(v) for k, v in d.items()})
 
-# %% ../nbs/08_training.ipynb #8689c4a0
+# %% ../nbs/08_training.ipynb #12f839d5
 def _atomic_torch_save(obj, path: Path) -> None:
     "Write `obj` to a temporary file in the same folder, fsync it, then `os.replace` it over `path` (atomic on POSIX)."
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -428,6 +454,7 @@ def _atomic_torch_save(obj, path: Path) -> None:
         finally: os.close(dir_fd)
     except OSError: pass
 
+# %% ../nbs/08_training.ipynb #f3d92140
 def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` inside it)
                     model: GPT,
                     optimizer: torch.optim.Optimizer | None,
@@ -458,7 +485,7 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
     _atomic_torch_save(ckpt, path)
     return path
 
-# %% ../nbs/08_training.ipynb #c08ae697
+# %% ../nbs/08_training.ipynb #353f3c20
 _REQUIRED_KEYS = ("step", "model", "model_config", "optimizer", "train_config", "tokenizer", "history", "rng")
 
 def load_checkpoint(path: str | Path, # a checkpoint file or a run folder
@@ -486,6 +513,7 @@ def _first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
+# %% ../nbs/08_training.ipynb #ecefb091
 def load_model(path: str | Path, # a checkpoint file or a run folder
                device: str | torch.device = "cpu",
               ) -> tuple: # (GPT in eval mode, tokenizer or None)
@@ -577,122 +605,20 @@ def check_batch_split(batch_size: int, world_size: int, grad_accum_steps: int) -
                          f"grad_accum_steps={grad_accum_steps} equal slices; choose a multiple of "
                          f"{world_size * grad_accum_steps}")
 
-# %% ../nbs/08_training.ipynb #3e4c3d51
-def train(model: GPT, # trained in place (on its own device)
-          train_data: Tensor | np.ndarray, # (N,) integer token ids (a tensor, or a `numpy.memmap` of a token file)
-          val_data: Tensor | np.ndarray, # (M,) integer token ids
-          train_cfg: TrainConfig,
-          out_dir: str | Path | None = None, # if given, a checkpoint `ckpt.pt` is written here at every evaluation
-          tokenizer=None, # stored in the checkpoints, so `load_model` can decode
-          resume: bool = False, # continue from `out_dir`'s checkpoint, exactly as if never interrupted
-          progress: bool = True, # show a tqdm progress bar
-          desc: str = "training",
-          batch_fn=None, # `batch_fn(data, batch_size, T, generator) -> (token_ids, targets)`; default `get_batch`
-          on_eval=None, # called as `on_eval(step, losses)` after every evaluation (on rank 0)
-         ) -> TrainHistory:
-    """Train a GPT by minimising the cross-entropy of the next token (J&M eq. 10.51) with AdamW, nanoGPT's warm-up +
-    cosine schedule and gradient clipping. Evaluates on both splits every `eval_interval` steps and at the end,
-    checkpointing each time. Seeded; a resumed run is bit-for-bit the uninterrupted one on CPU (on a GPU the random
-    streams are restored too, but some CUDA kernels are not deterministic).
-
-    Settings come from `new_run_config` (a new run) or `resume_config` (a resume, which keeps the checkpoint's
-    learning-rate schedule). Under `torch.distributed` (e.g. `torchrun`) the model is wrapped in
-    `DistributedDataParallel`; every rank draws the same global batch from the shared seeded generator and computes
-    its `batch_slice`; rank 0 alone evaluates, shows progress and writes checkpoints.
-    Raises `TrainingDivergedError` (the last good checkpoint is kept), `CheckpointError` when resuming from a missing or
-    incompatible checkpoint, `ValueError` for data shorter than the context or a batch the slices do not divide."""
-    T = model.config.context_length
-    for name, data in (("training", train_data), ("validation", val_data)):
-        _check_token_ids(data)
-        if len(data) <= T:
-            raise ValueError(f"the {name} split has {len(data)} tokens; it needs more than context_length={T}")
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
-    ckpt_path = None if out_dir is None else Path(out_dir)/CHECKPOINT_NAME
-    if resume:
-        if ckpt_path is None: raise ValueError("resume=True needs out_dir (where the checkpoint is)")
-        ckpt = load_checkpoint(ckpt_path)
-        _check_resumable(ckpt, model, tokenizer, ckpt_path)
-        train_cfg = resume_config(ckpt["train_config"], train_cfg.to_dict(), ckpt_path)
-    else:
+# %% ../nbs/08_training.ipynb #9ef323a9
+def _run_config(model: GPT, train_cfg: TrainConfig, ckpt_path: Path | None, tokenizer, resume: bool,
+                rank: int) -> tuple: # (the run's TrainConfig, the checkpoint dict to resume from or None)
+    "The settings of a new run (its notes printed by rank 0), or of a resumed one with the checkpoint it resumes."
+    if not resume:
         train_cfg, notes = new_run_config(train_cfg)
         for note in notes if rank == 0 else []: print(f"note: {note}", file=sys.stderr)
-    check_batch_split(train_cfg.batch_size, world, train_cfg.grad_accum_steps)
-    micro = train_cfg.batch_size // (world * train_cfg.grad_accum_steps)  # windows per forward pass
-    device = next(model.parameters()).device
-    optimizer = configure_optimizer(model, train_cfg)
-    scaler = torch.amp.GradScaler(device.type, enabled=train_cfg.dtype == "float16")
-    gen = torch.Generator().manual_seed(train_cfg.seed)  # draws the training batches (the same on every rank)
-    history, start = TrainHistory(), 0
-    if resume:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])  # moves the moments to the parameters' device
-        if scaler.is_enabled() and ckpt.get("scaler") is not None: scaler.load_state_dict(ckpt["scaler"])
-        history, start = TrainHistory.from_dict(ckpt["history"]), ckpt["step"]
-        _restore_rng(ckpt["rng"], gen, rank, world)
-    else:
-        torch.manual_seed(train_cfg.seed + rank)  # dropout masks (on every device); each rank its own stream
-    step_model = torch.compile(model) if train_cfg.compile else model
-    if world > 1:
-        step_model = DistributedDataParallel(step_model, device_ids=[device.index] if device.type == "cuda" else None)
-    autocast = lambda: torch.autocast(device.type, dtype=DTYPES[train_cfg.dtype], enabled=train_cfg.dtype != "float32")
-    model.train()
-    bar = tqdm(total=train_cfg.max_iters, initial=min(start, train_cfg.max_iters), disable=not progress or rank > 0,
-               desc=desc, unit="step", dynamic_ncols=True)
-    splits = {"train": train_data, "val": val_data}
-    try:
-        for step in range(start, train_cfg.max_iters + 1):
-            if (step % train_cfg.eval_interval == 0 or step == train_cfg.max_iters) and not (resume and step == start):
-                rank_rng = _gather_rng(world)  # a collective: every rank takes part
-                if rank == 0:
-                    with autocast():
-                        losses = estimate_loss(model, splits, train_cfg.batch_size, train_cfg.eval_iters,
-                                               train_cfg.seed + 1)
-                    history.steps.append(step)
-                    history.train_loss.append(losses["train"])
-                    history.val_loss.append(losses["val"])
-                    bar.set_postfix(train=f"{losses['train']:.3f}", val=f"{losses['val']:.3f}")
-                    if on_eval is not None: on_eval(step, losses)
-                    if ckpt_path is not None:
-                        save_checkpoint(ckpt_path, model, optimizer, step, train_cfg, tokenizer, history, gen, scaler,
-                                        rank_rng)
-            if step >= train_cfg.max_iters: break
-            lr = lr_at(step, train_cfg)
-            for group in optimizer.param_groups: group["lr"] = lr
-            token_ids, targets = (batch_fn or get_batch)(train_data, train_cfg.batch_size, T, gen)  # (B, T): all ranks'
-            mine = batch_slice(train_cfg.batch_size, rank, world)
-            token_ids, targets = token_ids[mine], targets[mine]  # (B/W, T) this rank's share
-            optimizer.zero_grad(set_to_none=True)
-            loss_sum = torch.zeros((), device=device)
-            for i in range(train_cfg.grad_accum_steps):
-                last = i == train_cfg.grad_accum_steps - 1
-                sync = contextlib.nullcontext() if world == 1 or last else step_model.no_sync()  # all-reduce once
-                rows = slice(i * micro, (i + 1) * micro)
-                with sync:
-                    with autocast():
-                        logits = step_model(token_ids[rows].to(device))  # (b, T, V)
-                        # eq. 10.51
-                        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[rows].to(device).flatten())
-                    scaler.scale(loss / train_cfg.grad_accum_steps).backward()  # sums to the mean over the batch
-                loss_sum += loss.detach()
-            step_loss = loss_sum / train_cfg.grad_accum_steps
-            if world > 1: dist.all_reduce(step_loss, op=dist.ReduceOp.AVG)  # the loss of the global batch
-            if not torch.isfinite(step_loss):
-                kept = (f"the last good checkpoint (step {history.steps[-1]}) is kept in {ckpt_path}"
-                        if ckpt_path is not None and history.steps else "no checkpoint was written")
-                raise TrainingDivergedError(f"the training loss became {step_loss.item()} at step {step} "
-                                            f"(lr={lr:.3g}); training stopped and {kept}. Try a lower learning rate.")
-            if train_cfg.grad_clip > 0:
-                scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
-                torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
-            scaler.step(optimizer)  # skips the step if a float16 gradient overflowed
-            scaler.update()
-            history.iter_loss.append(step_loss.item())
-            history.lr.append(lr)
-            bar.update(1)
-    finally:
-        bar.close()
-    return history
+        return train_cfg, None
+    if ckpt_path is None: raise ValueError("resume=True needs out_dir (where the checkpoint is)")
+    ckpt = load_checkpoint(ckpt_path)
+    _check_resumable(ckpt, model, tokenizer, ckpt_path)
+    return resume_config(ckpt["train_config"], train_cfg.to_dict(), ckpt_path), ckpt
 
+# %% ../nbs/08_training.ipynb #d0feefc4
 def _gather_rng(world: int) -> list | None:
     "Every rank's torch RNG state (a collective), or None on one process."
     if world == 1: return None
@@ -709,6 +635,180 @@ def _restore_rng(rng: dict, gen: torch.Generator, rank: int, world: int) -> None
     if rng.get("cuda") is not None and torch.cuda.is_available():
         for i, state in enumerate(rng["cuda"][:torch.cuda.device_count()]): torch.cuda.set_rng_state(state, i)
 
+def _as_tuple(x):
+    "`random.setstate` needs tuples; a checkpoint round trip may give lists."
+    return tuple(_as_tuple(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+# %% ../nbs/08_training.ipynb #3fb5c721
+@dataclass
+class _Run:
+    "What `train`'s steps share."
+    train_cfg: TrainConfig
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler  # float16's loss scale (disabled for the other dtypes)
+    gen: torch.Generator  # draws the training batches (the same on every rank)
+    history: TrainHistory
+    start: int  # the first step: 0, or the checkpoint's
+    rank: int  # this process (0 without data parallelism)
+    world: int  # number of data-parallel processes
+    ckpt_path: Path | None  # written at every evaluation (None: no checkpoints)
+    tokenizer: object  # stored in the checkpoints
+
+def _setup_run(model: GPT, train_cfg: TrainConfig, out_dir, tokenizer, resume: bool) -> _Run:
+    "A new run's state, seeding dropout; or a resumed run's, with the weights, optimizer and random states restored."
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+    ckpt_path = None if out_dir is None else Path(out_dir)/CHECKPOINT_NAME
+    train_cfg, ckpt = _run_config(model, train_cfg, ckpt_path, tokenizer, resume, rank)
+    check_batch_split(train_cfg.batch_size, world, train_cfg.grad_accum_steps)
+    optimizer = configure_optimizer(model, train_cfg)
+    scaler = torch.amp.GradScaler(next(model.parameters()).device.type, enabled=train_cfg.dtype == "float16")
+    run = _Run(train_cfg, optimizer, scaler, torch.Generator().manual_seed(train_cfg.seed), TrainHistory(), 0, rank,
+               world, ckpt_path, tokenizer)
+    if ckpt is None:
+        torch.manual_seed(train_cfg.seed + rank)  # dropout masks (on every device); each rank its own stream
+        return run
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])  # moves the moments to the parameters' device
+    if scaler.is_enabled() and ckpt.get("scaler") is not None: scaler.load_state_dict(ckpt["scaler"])
+    run.history, run.start = TrainHistory.from_dict(ckpt["history"]), ckpt["step"]
+    _restore_rng(ckpt["rng"], run.gen, rank, world)
+    return run
+
+# %% ../nbs/08_training.ipynb #809f59ed
+def _wrap_model(model: GPT, train_cfg: TrainConfig, world: int) -> nn.Module:
+    "The module the step calls: `model`, compiled and/or wrapped for data parallelism. Puts `model` in train mode."
+    step_model = torch.compile(model) if train_cfg.compile else model
+    if world > 1:
+        device = next(model.parameters()).device
+        step_model = DistributedDataParallel(step_model, device_ids=[device.index] if device.type == "cuda" else None)
+    model.train()
+    return step_model
+
+def _autocast(device: torch.device, dtype: str):
+    "`torch.autocast` to `DTYPES[dtype]` on `device`'s kind; disabled for float32."
+    return torch.autocast(device.type, dtype=DTYPES[dtype], enabled=dtype != "float32")
+
+# %% ../nbs/08_training.ipynb #0dc61a94
+def _accumulate_gradients(model: nn.Module, token_ids: Tensor, targets: Tensor, # (b, T) int64 each: this rank's rows
+                          train_cfg: TrainConfig, scaler: torch.amp.GradScaler, world: int = 1,
+                         ) -> Tensor: # scalar: this rank's mean loss over its rows
+    "Forward and backward over `grad_accum_steps` slices of the rows; `.grad` ends up the gradient of their mean loss."
+    device = next(model.parameters()).device
+    micro = train_cfg.batch_size // (world * train_cfg.grad_accum_steps)  # windows per forward pass
+    loss_sum = torch.zeros((), device=device)
+    for i in range(train_cfg.grad_accum_steps):
+        last = i == train_cfg.grad_accum_steps - 1
+        sync = contextlib.nullcontext() if world == 1 or last else model.no_sync()  # all-reduce once
+        rows = slice(i * micro, (i + 1) * micro)
+        with sync:
+            with _autocast(device, train_cfg.dtype):
+                logits = model(token_ids[rows].to(device))  # (b, T, V)
+                # eq. 10.51
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[rows].to(device).flatten())
+            scaler.scale(loss / train_cfg.grad_accum_steps).backward()  # sums to the mean over the batch
+        loss_sum += loss.detach()
+    return loss_sum / train_cfg.grad_accum_steps
+
+# %% ../nbs/08_training.ipynb #df7dac0c
+def train_step(model: nn.Module, # the GPT, or the compiled / `DistributedDataParallel` module that runs it
+               optimizer: torch.optim.Optimizer, # from `configure_optimizer`
+               token_ids: Tensor, # (b, T) int64: this process's rows of the step's batch
+               targets: Tensor, # (b, T) int64: the next token at each position
+               train_cfg: TrainConfig, # uses batch_size, grad_accum_steps, grad_clip and dtype
+               lr: float, # this step's learning rate, `lr_at(step, train_cfg)`
+               scaler: torch.amp.GradScaler | None = None, # float16's loss scaler (None: no scaling)
+               world: int = 1, # data-parallel processes (their losses are averaged)
+              ) -> Tensor: # scalar: the batch's mean loss, before the update
+    """One AdamW step on one batch: gradients of the mean cross-entropy (J&M eq. 10.51) accumulated over
+    `grad_accum_steps` slices, the global gradient norm clipped to `grad_clip` (0: no clipping). A NaN or infinite
+    loss is returned without updating the weights."""
+    if scaler is None: scaler = torch.amp.GradScaler(next(model.parameters()).device.type, enabled=False)
+    for group in optimizer.param_groups: group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss = _accumulate_gradients(model, token_ids, targets, train_cfg, scaler, world)
+    if world > 1: dist.all_reduce(loss, op=dist.ReduceOp.AVG)  # the loss of the global batch
+    if not torch.isfinite(loss): return loss  # the caller stops before a bad update
+    if train_cfg.grad_clip > 0:
+        scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+    scaler.step(optimizer)  # skips the step if a float16 gradient overflowed
+    scaler.update()
+    return loss
+
+# %% ../nbs/08_training.ipynb #155cc2d3
+def _evaluate(model: GPT, splits: dict, run: _Run, step: int, bar=None, on_eval=None) -> dict | None:
+    "Evaluation at `step`: the losses of both splits (rank 0; None on the others), recorded, shown and checkpointed."
+    rank_rng = _gather_rng(run.world)  # a collective: every rank takes part
+    if run.rank > 0: return None
+    cfg = run.train_cfg
+    with _autocast(next(model.parameters()).device, cfg.dtype):
+        losses = estimate_loss(model, splits, cfg.batch_size, cfg.eval_iters, cfg.seed + 1)
+    run.history.steps.append(step)
+    run.history.train_loss.append(losses["train"])
+    run.history.val_loss.append(losses["val"])
+    if bar is not None: bar.set_postfix(train=f"{losses['train']:.3f}", val=f"{losses['val']:.3f}")
+    if on_eval is not None: on_eval(step, losses)
+    if run.ckpt_path is not None:
+        save_checkpoint(run.ckpt_path, model, run.optimizer, step, cfg, run.tokenizer, run.history, run.gen, run.scaler,
+                        rank_rng)
+    return losses
+
+# %% ../nbs/08_training.ipynb #c8ea8961
+def train(model: GPT, # trained in place (on its own device)
+          train_data: Tensor | np.ndarray, # (N,) integer token ids (a tensor, or a `numpy.memmap` of a token file)
+          val_data: Tensor | np.ndarray, # (M,) integer token ids
+          train_cfg: TrainConfig,
+          out_dir: str | Path | None = None, # if given, a checkpoint `ckpt.pt` is written here at every evaluation
+          tokenizer=None, # stored in the checkpoints, so `load_model` can decode
+          resume: bool = False, # continue from `out_dir`'s checkpoint, exactly as if never interrupted
+          progress: bool = True, # show a tqdm progress bar
+          desc: str = "training",
+          batch_fn=None, # `batch_fn(data, batch_size, T, generator) -> (token_ids, targets)`; default `get_batch`
+          on_eval=None, # called as `on_eval(step, losses)` after every evaluation (on rank 0)
+         ) -> TrainHistory:
+    """Train a GPT by minimising the cross-entropy of the next token (J&M eq. 10.51): `_setup_run`, then per step
+    `lr_at`, a batch (this rank's `batch_slice` under `torchrun`) and `train_step`; `_evaluate` every `eval_interval`
+    steps and at the end (rank 0: both losses, a checkpoint). Seeded; a resumed run is bit-for-bit the uninterrupted
+    one on CPU (on a GPU some CUDA kernels are not deterministic). Raises `TrainingDivergedError` (the last good
+    checkpoint is kept), `CheckpointError` for a missing or incompatible checkpoint to resume, `ValueError` for data
+    not longer than the context or a batch the slices do not divide."""
+    T = model.config.context_length
+    _check_splits(train_data, val_data, T)
+    run = _setup_run(model, train_cfg, out_dir, tokenizer, resume)  # fresh, or restored from the checkpoint
+    cfg, step_model = run.train_cfg, _wrap_model(model, run.train_cfg, run.world)
+    with tqdm(total=cfg.max_iters, initial=min(run.start, cfg.max_iters), disable=not progress or run.rank > 0,
+              desc=desc, unit="step", dynamic_ncols=True) as bar:
+        for step in range(run.start, cfg.max_iters + 1):
+            if (step % cfg.eval_interval == 0 or step == cfg.max_iters) and not (resume and step == run.start):
+                _evaluate(model, {"train": train_data, "val": val_data}, run, step, bar, on_eval)
+            if step >= cfg.max_iters: break
+            lr = lr_at(step, cfg)
+            token_ids, targets = (batch_fn or get_batch)(train_data, cfg.batch_size, T, run.gen)  # (B, T): all ranks'
+            mine = batch_slice(cfg.batch_size, run.rank, run.world)  # this rank's rows
+            loss = train_step(step_model, run.optimizer, token_ids[mine], targets[mine], cfg, lr, run.scaler, run.world)
+            _check_finite(loss, step, lr, run)
+            run.history.iter_loss.append(loss.item())
+            run.history.lr.append(lr)
+            bar.update(1)
+    return run.history
+
+# %% ../nbs/08_training.ipynb #6c2b0b45
+def _check_splits(train_data, val_data, T: int) -> None:
+    "`TypeError` / `ValueError` unless both splits are 1-D integer token ids longer than the context `T`."
+    for name, data in (("training", train_data), ("validation", val_data)):
+        _check_token_ids(data)
+        if len(data) <= T:
+            raise ValueError(f"the {name} split has {len(data)} tokens; it needs more than context_length={T}")
+
+def _check_finite(loss: Tensor, step: int, lr: float, run) -> None:
+    "`TrainingDivergedError` if the step's loss is NaN or infinite, saying where the last good checkpoint is."
+    if torch.isfinite(loss): return
+    kept = (f"the last good checkpoint (step {run.history.steps[-1]}) is kept in {run.ckpt_path}"
+            if run.ckpt_path is not None and run.history.steps else "no checkpoint was written")
+    raise TrainingDivergedError(f"the training loss became {loss.item()} at step {step} "
+                                f"(lr={lr:.3g}); training stopped and {kept}. Try a lower learning rate.")
+
+# %% ../nbs/08_training.ipynb #44bd194c
 def resolve_device(name: str = "auto", # "auto", "cpu", "cuda", "cuda:1", "mps"
                   ) -> torch.device:
     """The device to train on; "auto" picks CUDA, then Apple's MPS, then the CPU. Raises `ValueError` for a device
@@ -735,10 +835,6 @@ def setup_distributed(device: torch.device, # the device `resolve_device` chose
         torch.cuda.set_device(device)
     if not dist.is_initialized(): dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return dist.get_rank(), dist.get_world_size(), device
-
-def _as_tuple(x):
-    "`random.setstate` needs tuples; a checkpoint round trip may give lists."
-    return tuple(_as_tuple(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 # %% ../nbs/08_training.ipynb #c868cad3
 def baby_gpt_configs(vocab_size: int = 65, # 65 characters in TinyShakespeare
@@ -808,7 +904,45 @@ def outside_reference(preset: str, step: int, val_loss: float,
     return (f"step {step}: val loss {val_loss:.3f} is {where} the {preset} reference band "
             f"[{band['low']:.3f}, {band['high']:.3f}] ({band['n_seeds']} seeds, median {band['median']:.3f}){why}")
 
-# %% ../nbs/08_training.ipynb #4c30a0c5
+# %% ../nbs/08_training.ipynb #47ea3c4a
+_EXECUTION = {"grad_accum_steps": 1, "dtype": "float32", "compile": False}
+
+def cached_run_dir(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
+                   model_cfg: GPTConfig, train_cfg: TrainConfig,
+                   key_extra: dict, # more fields of the key, e.g. {"tokenizer": "char"}
+                  ) -> Path: # `model_cache.run_dir(prefix, model=..., train=..., **key_extra)`
+    """The folder `cached_run` trains into. The settings of chapter 08b only change how a step is executed: left at
+    their defaults they stay out of the key, so the models cached before they existed are still found."""
+    train_key = {k: v for k, v in train_cfg.to_dict().items() if k not in _EXECUTION or v != _EXECUTION[k]}
+    return run_dir(prefix, model=model_cfg.to_dict(), train=train_key, **key_extra)
+
+# %% ../nbs/08_training.ipynb #df5d21b6
+def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
+               model_cfg: GPTConfig, train_cfg: TrainConfig,
+               tokenizer: str, # "char" or "gpt2"
+               key_extra: dict, # more fields of the cache key (part of the hash); name a custom `batch_fn` here
+               progress: bool = True, desc: str = "training (once)",
+               batch_fn=None, # passed to `train` (default: `get_batch`)
+               extra_ids: int = 0, # ids after the tokenizer's, e.g. BERT's [MASK] (chapter 11b); keyed via vocab_size
+              ) -> Path: # the finished run's checkpoint file
+    """Train `GPT(model_cfg)` on TinyShakespeare once, with its checkpoint under `cache_dir()/models/<prefix>-<hash of
+    the configs, key_extra and the code version>`: a finished run is only located, an interrupted one resumes.
+    The cache every chapter's trained models share (`shakespeare_model`, `scaling.scaling_run`, ...); load the
+    result with `load_model`. `ValueError` if model_cfg.vocab_size is not the tokenizer's (+ `extra_ids`)."""
+    out_dir = cached_run_dir(prefix, model_cfg, train_cfg, key_extra)
+    path = out_dir/CHECKPOINT_NAME
+    if path.is_file() and load_checkpoint(path)["step"] >= train_cfg.max_iters: return path
+    tok, train_ids, val_ids = load_dataset("tinyshakespeare", tokenizer)
+    if model_cfg.vocab_size != tok.vocab_size + extra_ids:
+        raise ValueError(f"model_cfg.vocab_size={model_cfg.vocab_size} must be the "
+                         f"{'character' if tokenizer == 'char' else tokenizer} vocabulary's {tok.vocab_size}"
+                         + (f" + extra_ids={extra_ids}" if extra_ids else ""))
+    torch.manual_seed(train_cfg.seed)
+    train(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir=out_dir, tokenizer=tok, resume=path.is_file(),
+          progress=progress, desc=desc, batch_fn=batch_fn)
+    return path
+
+# %% ../nbs/08_training.ipynb #39f742cb
 def _shakespeare_recipe(tokenizer: str) -> tuple:
     # GPT-2 BPE: the 50,257 x 128 embedding dominates; fewer, costlier steps.
     return preset_configs("baby-gpt-char" if tokenizer == "char" else "bpe-gpt2")
@@ -835,39 +969,3 @@ def cached_shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
     path = cached_run_dir(f"shakespeare-{tokenizer}", model_cfg, train_cfg, {"tokenizer": tokenizer})/CHECKPOINT_NAME
     if not path.is_file() or load_checkpoint(path)["step"] < train_cfg.max_iters: return None
     return load_model(path)
-
-_EXECUTION = {"grad_accum_steps": 1, "dtype": "float32", "compile": False}
-
-def cached_run_dir(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
-                   model_cfg: GPTConfig, train_cfg: TrainConfig,
-                   key_extra: dict, # more fields of the key, e.g. {"tokenizer": "char"}
-                  ) -> Path: # `model_cache.run_dir(prefix, model=..., train=..., **key_extra)`
-    """The folder `cached_run` trains into. The settings of chapter 08b only change how a step is executed: left at
-    their defaults they stay out of the key, so the models cached before they existed are still found."""
-    train_key = {k: v for k, v in train_cfg.to_dict().items() if k not in _EXECUTION or v != _EXECUTION[k]}
-    return run_dir(prefix, model=model_cfg.to_dict(), train=train_key, **key_extra)
-
-def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
-               model_cfg: GPTConfig, train_cfg: TrainConfig,
-               tokenizer: str, # "char" or "gpt2"
-               key_extra: dict, # more fields of the cache key (part of the hash); name a custom `batch_fn` here
-               progress: bool = True, desc: str = "training (once)",
-               batch_fn=None, # passed to `train` (default: `get_batch`)
-               extra_ids: int = 0, # ids after the tokenizer's, e.g. BERT's [MASK] (chapter 11b); keyed via vocab_size
-              ) -> Path: # the finished run's checkpoint file
-    """Train `GPT(model_cfg)` on TinyShakespeare once, with its checkpoint under `cache_dir()/models/<prefix>-<hash of
-    the configs, key_extra and the code version>`: a finished run is only located, an interrupted one resumes.
-    The cache every chapter's trained models share (`shakespeare_model`, `scaling.scaling_run`, ...); load the
-    result with `load_model`. `ValueError` if model_cfg.vocab_size is not the tokenizer's (+ `extra_ids`)."""
-    out_dir = cached_run_dir(prefix, model_cfg, train_cfg, key_extra)
-    path = out_dir/CHECKPOINT_NAME
-    if path.is_file() and load_checkpoint(path)["step"] >= train_cfg.max_iters: return path
-    tok, train_ids, val_ids = load_dataset("tinyshakespeare", tokenizer)
-    if model_cfg.vocab_size != tok.vocab_size + extra_ids:
-        raise ValueError(f"model_cfg.vocab_size={model_cfg.vocab_size} must be the "
-                         f"{'character' if tokenizer == 'char' else tokenizer} vocabulary's {tok.vocab_size}"
-                         + (f" + extra_ids={extra_ids}" if extra_ids else ""))
-    torch.manual_seed(train_cfg.seed)
-    train(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir=out_dir, tokenizer=tok, resume=path.is_file(),
-          progress=progress, desc=desc, batch_fn=batch_fn)
-    return path
