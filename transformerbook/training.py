@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 import transformerbook
 from .data import (END_OF_TEXT_ID, ChecksumError, DataUnavailableError, load_tinyshakespeare,
                                   train_val_split)
-from .lm_head import GPT, GPTConfig
+from .lm_head import GPT, GPTConfig, eval_mode
 from .model_cache import run_dir
 from .tokenization import CharTokenizer, TiktokenGPT2, tokenizer_from_dict
 from .validation import (check_choice, check_int_in_range, check_nonnegative_int, check_positive_int,
@@ -383,11 +383,9 @@ def estimate_loss(model: nn.Module, # a GPT (its config gives context_length)
                   seed: int = 0, # the batches are drawn from a fresh generator with this seed: the same ones every call
                  ) -> dict: # name -> mean loss (nats per token)
     "Mean cross-entropy over `eval_iters` random batches of each split, in eval mode (no dropout); restores the mode."
-    was_training, T = model.training, model.config.context_length
-    device = next(model.parameters()).device
-    model.eval()
-    try:
-        out = {}
+    T, device = model.config.context_length, next(model.parameters()).device
+    out = {}
+    with eval_mode(model):  # the mode is restored also when an error (or Ctrl-C) interrupts the evaluation
         for name, data in splits.items():
             gen = torch.Generator().manual_seed(seed)
             losses = []
@@ -396,9 +394,7 @@ def estimate_loss(model: nn.Module, # a GPT (its config gives context_length)
                 logits = model(token_ids.to(device))  # (B, T, V)
                 losses.append(F.cross_entropy(logits.flatten(0, 1).float(), targets.to(device).flatten()).item())
             out[name] = sum(losses) / len(losses)
-        return out
-    finally:
-        model.train(was_training)  # also when an error (or Ctrl-C) interrupts the evaluation
+    return out
 
 # %% ../nbs/08_training.ipynb #50bc577e
 class CheckpointError(ValueError):
