@@ -228,6 +228,7 @@ def next_line_task(text: str, # held-out text
                       "answer": answer})
     return items
 
+# %% ../nbs/11a_tasks.ipynb #c7ccee46
 def speaker_task(text: str, n_examples: int = 200, n_candidates: int = 4, seed: int = 0, context_chars: int = 200,
                  speech_chars: int = 40, # characters of the speech after the name
                  window: int = 30, # rivals speak within this many speeches
@@ -245,6 +246,7 @@ def speaker_task(text: str, n_examples: int = 200, n_candidates: int = 4, seed: 
                       "candidates": [f"{n}:\n{body[:speech_chars]}" for n in names]})
     return items
 
+# %% ../nbs/11a_tasks.ipynb #a15db397
 def cloze_task(text: str, n_examples: int = 200, n_candidates: int = 4, seed: int = 0, context_chars: int = 200,
                min_len: int = 4, # shortest word that may be blanked
               ) -> list: # [{"prompt", "candidates", "answer", "word"}]
