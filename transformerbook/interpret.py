@@ -32,8 +32,8 @@ from torch import Tensor
 from .attention import attention_weights
 from .lm_head import GPT, GPTConfig, logit_lens
 from .model_cache import run_dir
-from .training import (CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint,
-                                      load_dataset, load_model, save_checkpoint, train)
+from .training import CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint
+from .training import load_dataset, load_model, save_checkpoint, train
 from .validation import check_in_interval, check_int_in_range, check_positive_int, check_positive_ints
 
 # %% auto #0
