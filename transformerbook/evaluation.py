@@ -64,17 +64,7 @@ def sequence_log_likelihood(model: nn.Module, # our `GPT`, or a Hugging Face cau
     log P(token_t | tokens_<t), read from one forward pass in eval mode. Raises `ValueError` for a bad reduction,
     token ids that are not (B, T) int64 with T >= 2, a mask of another shape or dtype, or a row with nothing scored."""
     check_choice("reduction", reduction, ("sum", "mean"))
-    if (not isinstance(token_ids, Tensor) or token_ids.dim() != 2 or token_ids.dtype != torch.long
-            or token_ids.shape[1] < 2):
-        raise ValueError(f"token_ids must be a (B, T) int64 tensor with T >= 2, got "
-                         f"{tuple(getattr(token_ids, 'shape', ()))} {getattr(token_ids, 'dtype', type(token_ids))}")
-    if loss_mask is None: loss_mask = torch.ones_like(token_ids, dtype=torch.bool)
-    if loss_mask.shape != token_ids.shape or loss_mask.dtype != torch.bool:
-        raise ValueError(f"loss_mask must be bool and shaped like token_ids {tuple(token_ids.shape)}, got "
-                         f"{loss_mask.dtype} {tuple(loss_mask.shape)}")
-    mask = loss_mask[:, 1:]  # (B, T-1): token 0 has no prediction
-    if not mask.any(-1).all():
-        raise ValueError(f"rows {mask.any(-1).logical_not().nonzero().flatten().tolist()} score no token (t >= 1)")
+    mask = _checked_loss_mask(token_ids, loss_mask)[:, 1:]  # (B, T-1): token 0 has no prediction
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -88,6 +78,36 @@ def sequence_log_likelihood(model: nn.Module, # our `GPT`, or a Hugging Face cau
                                                   reduction="none").view(B, T - 1).cpu()  # (B, T-1)
     total = (token_lp * mask).sum(-1)  # (B,)
     return total if reduction == "sum" else total / mask.sum(-1)
+
+# %% ../nbs/11a_tasks.ipynb #27ee844e
+def _checked_loss_mask(token_ids, loss_mask) -> Tensor:
+    "Check `sequence_log_likelihood`'s `token_ids` and `loss_mask`; return the mask (all True when None), (B, T) bool."
+    if (not isinstance(token_ids, Tensor) or token_ids.dim() != 2 or token_ids.dtype != torch.long
+            or token_ids.shape[1] < 2):
+        raise ValueError(f"token_ids must be a (B, T) int64 tensor with T >= 2, got "
+                         f"{tuple(getattr(token_ids, 'shape', ()))} {getattr(token_ids, 'dtype', type(token_ids))}")
+    if loss_mask is None: loss_mask = torch.ones_like(token_ids, dtype=torch.bool)
+    if loss_mask.shape != token_ids.shape or loss_mask.dtype != torch.bool:
+        raise ValueError(f"loss_mask must be bool and shaped like token_ids {tuple(token_ids.shape)}, got "
+                         f"{loss_mask.dtype} {tuple(loss_mask.shape)}")
+    if not loss_mask[:, 1:].any(-1).all():
+        rows = loss_mask[:, 1:].any(-1).logical_not().nonzero().flatten().tolist()
+        raise ValueError(f"rows {rows} score no token (t >= 1)")
+    return loss_mask
+
+# %% ../nbs/11a_tasks.ipynb #07210485
+def _pad_rows(rows: list, # R lists of token ids
+              starts: list, # R indices: row r is scored from starts[r] to its end
+              pad_id: int, # fills the right padding
+             ) -> tuple: # token_ids (R, L) int64, loss_mask (R, L) bool, L = the longest row
+    "Right-pad `rows` into one tensor; the mask is True on `row[start:]` of each row and False on the padding."
+    L = max(len(r) for r in rows)
+    token_ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
+    loss_mask = torch.zeros(len(rows), L, dtype=torch.bool)
+    for r, (row, start) in enumerate(zip(rows, starts)):
+        token_ids[r, :len(row)] = torch.tensor(row)
+        loss_mask[r, start:len(row)] = True
+    return token_ids, loss_mask
 
 # %% ../nbs/11a_tasks.ipynb #4811b7d9
 def candidate_batch(tokenizer, # anything with `encode(str) -> list[int]`
@@ -117,13 +137,7 @@ def candidate_batch(tokenizer, # anything with `encode(str) -> list[int]`
             rows.append(row)
             starts.append(len(row) - len(ids))
             owner.append(i)
-    L = max(len(r) for r in rows)
-    token_ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
-    loss_mask = torch.zeros(len(rows), L, dtype=torch.bool)
-    for r, (row, start) in enumerate(zip(rows, starts)):
-        token_ids[r, :len(row)] = torch.tensor(row)
-        loss_mask[r, start:len(row)] = True
-    return token_ids, loss_mask, torch.tensor(owner)
+    return *_pad_rows(rows, starts, pad_id), torch.tensor(owner)
 
 # %% ../nbs/11a_tasks.ipynb #95f28114
 def score_candidates(model: nn.Module, # our `GPT` or a Hugging Face causal LM
@@ -228,6 +242,7 @@ def next_line_task(text: str, # held-out text
                       "answer": answer})
     return items
 
+# %% ../nbs/11a_tasks.ipynb #c7ccee46
 def speaker_task(text: str, n_examples: int = 200, n_candidates: int = 4, seed: int = 0, context_chars: int = 200,
                  speech_chars: int = 40, # characters of the speech after the name
                  window: int = 30, # rivals speak within this many speeches
@@ -245,6 +260,7 @@ def speaker_task(text: str, n_examples: int = 200, n_candidates: int = 4, seed: 
                       "candidates": [f"{n}:\n{body[:speech_chars]}" for n in names]})
     return items
 
+# %% ../nbs/11a_tasks.ipynb #a15db397
 def cloze_task(text: str, n_examples: int = 200, n_candidates: int = 4, seed: int = 0, context_chars: int = 200,
                min_len: int = 4, # shortest word that may be blanked
               ) -> list: # [{"prompt", "candidates", "answer", "word"}]

@@ -232,6 +232,7 @@ def finetune_classifier(classifier: SequenceClassifier,
     classifier.eval()
     return losses
 
+# %% ../nbs/11b_finetune.ipynb #a667f8fe
 @torch.no_grad()
 def classify(classifier: SequenceClassifier, token_ids: Tensor, # (N, T) int64
              padding_mask: Tensor | None = None, # (N, T) bool

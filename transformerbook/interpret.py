@@ -32,8 +32,8 @@ from torch import Tensor
 from .attention import attention_weights
 from .lm_head import GPT, GPTConfig, logit_lens
 from .model_cache import run_dir
-from .training import (CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint,
-                                      load_dataset, load_model, save_checkpoint, train)
+from .training import CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint
+from .training import load_dataset, load_model, save_checkpoint, train
 from .validation import check_in_interval, check_int_in_range, check_positive_int, check_positive_ints
 
 # %% auto #0
@@ -118,6 +118,7 @@ def induction_score(weights: Tensor, # (..., T, T) weights on a sequence that re
     queries = torch.arange(period, T, device=weights.device)  # (T - L,) positions in the later copies
     return weights[..., queries, queries - period + 1].mean(-1)  # (..., T - L) -> (...)
 
+# %% ../nbs/11_inside.ipynb #abefb747
 def repeated_random_tokens(vocab_size: int, # V: tokens are drawn uniformly from [0, V)
                            period: int, # L: length of the random segment
                            batch_size: int = 16, # B
@@ -154,6 +155,7 @@ def loss_by_position(model: GPT,
     nll = F.cross_entropy(logits.transpose(1, 2), token_ids[:, 1:], reduction="none")  # (B, V, T-1) -> (B, T - 1)
     return nll.mean(0)  # (T - 1,)
 
+# %% ../nbs/11_inside.ipynb #a3a160f3
 def copy_losses(model: GPT,
                 token_ids: Tensor, # (B, 2L) int64, a segment of length L and then the same segment again
                ) -> tuple: # (first, second): mean nats per token on the first and on the second copy

@@ -7,8 +7,10 @@ returns the tokenizer), `vocab_size` and `to_dict()`. `CharTokenizer` numbers ch
 reference, tiktoken's GPT-2 encoding (its vocabulary is fixed: it cannot be trained; `GPT2Tokenizer` is its old,
 deprecated name); `BPETokenizer` is byte-level BPE written from scratch on the `Tokenizer` base class (minbpe's
 name for it): `train(text, vocab_size)` learns merges with
-`get_pair_counts`, `most_frequent_pair` and `merge`, and `BPETokenizer.from_gpt2()` loads GPT-2's own merges (read
-with `bytes_to_unicode`) and encodes exactly as tiktoken does. `BasicBPETokenizer` is the same algorithm without the
+`get_pair_counts`, `most_frequent_pair` and `merge` (`learn_merges` is the plain loop; `learn_chunk_merges` the fast
+one within pre-tokenizer chunks, via `pair_index` and `merge_in_words`), `apply_merges` replays them to encode,
+`build_vocab` gives every token's bytes, and `BPETokenizer.from_gpt2()` loads GPT-2's own merges (read with
+`bytes_to_unicode`) and encodes exactly as tiktoken does. `BasicBPETokenizer` is the same algorithm without the
 regex pre-split. `tokenizer_from_dict` rebuilds any of them from a checkpoint.
 
 Docs: https://transformerbook.github.io/transformerbook/tokenization.html.md"""
@@ -31,7 +33,8 @@ from .data import END_OF_TEXT, END_OF_TEXT_ID, GPT2_PAT_STR, data_path, gpt2_enc
 from .validation import check_int_in_range
 
 # %% auto #0
-__all__ = ['CharTokenizer', 'TiktokenGPT2', 'get_pair_counts', 'merge', 'most_frequent_pair', 'Tokenizer', 'BasicBPETokenizer',
+__all__ = ['CharTokenizer', 'TiktokenGPT2', 'get_pair_counts', 'merge', 'most_frequent_pair', 'learn_merges', 'apply_merges',
+           'build_vocab', 'Tokenizer', 'BasicBPETokenizer', 'pair_index', 'merge_in_words', 'learn_chunk_merges',
            'BPETokenizer', 'bytes_to_unicode', 'tokenizer_from_dict', 'TokenizerProtocol']
 
 # %% ../nbs/05a_tokenization.ipynb #621a5ec4
@@ -39,6 +42,24 @@ class _class_or_instance:
     "Called on the class, the method runs on a new instance: `CharTokenizer.train(t)` is `CharTokenizer().train(t)`."
     def __init__(self, fn): self.fn, self.__doc__ = fn, fn.__doc__
     def __get__(self, obj, cls): return types.MethodType(self.fn, cls() if obj is None else obj)
+
+# %% ../nbs/05a_tokenization.ipynb #5b4435e0
+def _sorted_chars(text: str, vocab_size: int | None = None) -> list[str]:
+    """The sorted distinct characters of `text`. Raises `ValueError` for an empty text, or for a `vocab_size` other
+    than their number (a character vocabulary cannot be sized)."""
+    if not text: raise ValueError("cannot train a tokenizer on an empty text")
+    chars = sorted(set(text))
+    if vocab_size is not None and vocab_size != len(chars):
+        raise ValueError(f"vocab_size={vocab_size!r}, but the text has {len(chars)} distinct characters: "
+                         "a character tokenizer's vocabulary is its characters")
+    return chars
+
+def _check_ids(ids, vocab_size: int) -> list[int]:
+    "`ids` (a list or 1-D tensor) as a list of ints; raises `ValueError` for an id outside [0, vocab_size)."
+    ids = [int(i) for i in ids]
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if bad: raise ValueError(f"token id {bad[0]} is outside [0, vocab_size={vocab_size})")
+    return ids
 
 # %% ../nbs/05a_tokenization.ipynb #a118ac01
 class CharTokenizer:
@@ -56,12 +77,7 @@ class CharTokenizer:
              ) -> "CharTokenizer": # self, trained
         """Vocabulary = the sorted set of characters in `text`. Raises `ValueError` for an empty text, or for a
         `vocab_size` other than the number of distinct characters (a character vocabulary cannot be sized)."""
-        if not text: raise ValueError("cannot train a tokenizer on an empty text")
-        chars = sorted(set(text))
-        if vocab_size is not None and vocab_size != len(chars):
-            raise ValueError(f"vocab_size={vocab_size!r}, but the text has {len(chars)} distinct characters: "
-                             "a character tokenizer's vocabulary is its characters")
-        self.__init__(chars)
+        self.__init__(_sorted_chars(text, vocab_size))
         return self
 
     @property
@@ -81,10 +97,7 @@ class CharTokenizer:
 
     def decode(self, ids) -> str:
         "The text of `ids`; raises `ValueError` for an id outside [0, vocab_size)."
-        ids = [int(i) for i in ids]
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
-        if bad: raise ValueError(f"token id {bad[0]} is outside [0, vocab_size={self.vocab_size})")
-        return "".join(self.chars[i] for i in ids)
+        return "".join(self.chars[i] for i in _check_ids(ids, self.vocab_size))
 
     def to_dict(self) -> dict: return {"kind": "char", "chars": self.chars}
 
@@ -115,10 +128,7 @@ class TiktokenGPT2:
 
     def decode(self, ids) -> str:
         "The text of `ids`; raises `ValueError` for an id outside [0, vocab_size)."
-        ids = [int(i) for i in ids]
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
-        if bad: raise ValueError(f"token id {bad[0]} is outside [0, vocab_size={self.vocab_size})")
-        return self.encoding.decode(ids)
+        return self.encoding.decode(_check_ids(ids, self.vocab_size))
 
     def train(self, text: str, vocab_size: int | None = None) -> "TiktokenGPT2":
         "Not possible: GPT-2's merges were learned by OpenAI. Train a `BPETokenizer` to learn merges from `text`."
@@ -127,6 +137,7 @@ class TiktokenGPT2:
 
     def to_dict(self) -> dict: return {"kind": "gpt2"}
 
+# %% ../nbs/05a_tokenization.ipynb #d4b8f59e
 def __getattr__(name: str):
     "`GPT2Tokenizer`, the old name of `TiktokenGPT2`, still imports, with a `DeprecationWarning`."
     if name == "GPT2Tokenizer":
@@ -195,74 +206,98 @@ def most_frequent_pair(counts: dict[tuple[int, int], int], # pair -> count, e.g.
     if not counts: raise ValueError("no pairs to choose from: every chunk is a single token")
     return min(counts, key=lambda pair: (-counts[pair], pair))
 
+# %% ../nbs/05a_tokenization.ipynb #326ca212
+def _token_bytes(merges: dict, i: int) -> bytes:
+    "Bytes of token `i` under `merges` (ids < 256 are bytes); used for printing during training."
+    if i < 256: return bytes([i])
+    a, b = next(p for p, new in merges.items() if new == i)
+    return _token_bytes(merges, a) + _token_bytes(merges, b)
+
+# %% ../nbs/05a_tokenization.ipynb #9ec64412
+def learn_merges(ids: list[int], # the training text as ids (its UTF-8 bytes)
+                 n_merges: int, # how many merges to learn (fewer if the text runs out of pairs)
+                 verbose: bool = False, # print each merge
+                ) -> dict[tuple[int, int], int]: # (a, b) -> new id, in learning order
+    "Plain BPE training: count all pairs, merge the most frequent, repeat, recounting after every merge."
+    merges = {}
+    for new_id in range(256, 256 + n_merges):
+        counts = get_pair_counts(ids)
+        if not counts: break  # the whole text is one token
+        pair = most_frequent_pair(counts)
+        ids = merge(ids, pair, new_id)
+        merges[pair] = new_id
+        if verbose: print(f"merge {new_id - 255}/{n_merges}: {pair} -> {new_id} "
+                          f"{_token_bytes(merges, new_id)!r} ({counts[pair]} occurrences)")
+    return merges
+
+# %% ../nbs/05a_tokenization.ipynb #7f8a2ce0
+def apply_merges(ids: list[int], # token ids, e.g. a chunk's bytes
+                 merges: dict[tuple[int, int], int], # (a, b) -> new id, ids increasing in learning order
+                ) -> list[int]: # the ids after every applicable merge
+    "Encode by replaying `merges`: apply the earliest-learned merge that occurs in `ids`, until none does."
+    while len(ids) >= 2:
+        counts = get_pair_counts(ids)
+        pair = min(counts, key=lambda p: merges.get(p, float("inf")))  # earliest merge = smallest new id
+        if pair not in merges: break  # no learned merge applies any more
+        ids = merge(ids, pair, merges[pair])
+    return ids
+
+# %% ../nbs/05a_tokenization.ipynb #9b58b6ae
+def build_vocab(merges: dict[tuple[int, int], int], # (a, b) -> new id, in learning order
+                special_tokens: dict[str, int] | None = None, # special string -> id
+                byte_ids=range(256), # byte_ids[b] is the id of byte b
+               ) -> dict[int, bytes]: # id -> the bytes of that token
+    "Every token's bytes: the 256 bytes, each merge as the concatenation of its pair, special tokens as UTF-8."
+    vocab = {i: bytes([b]) for b, i in enumerate(byte_ids)}
+    for (a, b), new_id in merges.items():
+        vocab[new_id] = vocab[a] + vocab[b]  # merges are in learning order, so a and b already exist
+    for s, i in (special_tokens or {}).items():
+        vocab[i] = s.encode("utf-8")
+    return vocab
+
+# %% ../nbs/05a_tokenization.ipynb #e6cf262b
+def _join_bytes(vocab: dict[int, bytes], ids) -> bytes:
+    "The bytes of `ids` (ints, a list or a 1-D tensor) concatenated; `ValueError` for an id not in `vocab`."
+    ids = [int(i) for i in ids]
+    try:
+        return b"".join(vocab[i] for i in ids)
+    except KeyError as e:
+        raise ValueError(f"token id {e.args[0]} is outside [0, vocab_size={len(vocab)})") from None
+
 # %% ../nbs/05a_tokenization.ipynb #2cea77ae
 class Tokenizer:
-    """Base class of the byte-level BPE tokenizers: merges, vocabulary, special tokens, decoding and serialisation.
-
-    `merges` maps a pair of ids (a, b) to the id of their concatenation, in the order the merges were learned;
-    `vocab` maps every id to its bytes; `byte_ids[b]` is the id of the single byte `b` (the identity, except for
-    GPT-2, whose files number the 256 bytes in another order). Subclasses implement `train` and `encode`."""
+    """Base class of the byte-level BPE tokenizers (subclasses add `train` and `encode`). `merges` maps a pair of ids
+    (a, b) to the id of their concatenation, in learning order; `vocab` maps every id to its bytes; `byte_ids[b]` is
+    the id of byte `b` (the identity, except in GPT-2's files)."""
     pattern: str | None = None  # pre-tokenizer regex; None = the whole text is one chunk
 
-    def __init__(self):
-        self._load(merges={}, special_tokens={}, byte_ids=range(256))
+    def __init__(self): self._load(merges={}, special_tokens={}, byte_ids=range(256))
 
     def _load(self, merges: dict, special_tokens: dict, byte_ids, preset: str | None = None):
-        "Set the learned state and rebuild `vocab` from it."
+        "Set the learned state and rebuild `vocab` (`build_vocab`); `preset` is 'gpt2' after `from_gpt2`."
         self.merges = {(int(a), int(b)): int(new) for (a, b), new in merges.items()}
         self.special_tokens = {str(s): int(i) for s, i in special_tokens.items()}
-        self.byte_ids = [int(i) for i in byte_ids]
-        self.preset = preset  # "gpt2" when loaded with `from_gpt2`, so `to_dict` can stay small
-        vocab = {i: bytes([b]) for b, i in enumerate(self.byte_ids)}
-        for (a, b), new_id in self.merges.items():
-            vocab[new_id] = vocab[a] + vocab[b]  # merges are in learning order, so a and b already exist
-        for s, i in self.special_tokens.items():
-            vocab[i] = s.encode("utf-8")
-        self.vocab = vocab
+        self.byte_ids, self.preset = [int(i) for i in byte_ids], preset  # preset: `to_dict` can stay small
+        self.vocab = build_vocab(self.merges, self.special_tokens, self.byte_ids)
         self._cache = {}  # chunk -> ids, filled by `BPETokenizer.encode_ordinary`
         return self
 
     @property
-    def vocab_size(self) -> int:
-        "Number of token ids: 256 bytes + merges + special tokens (GPT-2: 256 + 50,000 + 1 = 50,257)."
-        return len(self.vocab)
+    def vocab_size(self) -> int: return len(self.vocab)  # 256 bytes + merges + special tokens (GPT-2: 50,257)
 
     def decode_bytes(self, ids) -> bytes:
         "The bytes of `ids` (a list or 1-D tensor of ints), concatenated; `ValueError` for an unknown id."
-        ids = [int(i) for i in ids]
-        try:
-            return b"".join(self.vocab[i] for i in ids)
-        except KeyError as e:
-            raise ValueError(f"token id {e.args[0]} is outside [0, vocab_size={self.vocab_size})") from None
-
+        return _join_bytes(self.vocab, ids)
     def decode(self, ids) -> str:
         "The text of `ids`: join the tokens' bytes first, then decode UTF-8 (invalid bytes become U+FFFD '�')."
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
-    def _encode_chunk(self, data: bytes) -> list[int]:
-        "Apply the merges to one chunk's bytes, always the earliest-learned applicable merge first."
-        ids = [self.byte_ids[b] for b in data]
-        while len(ids) >= 2:
-            counts = get_pair_counts(ids)
-            pair = min(counts, key=lambda p: self.merges.get(p, float("inf")))  # earliest merge = smallest new id
-            if pair not in self.merges: break  # no learned merge applies any more
-            ids = merge(ids, pair, self.merges[pair])
-        return ids
-
-    def _check_train_args(self, text, vocab_size, special_tokens) -> int:
-        "Validate `train`'s arguments; return the number of merges to learn."
-        if not isinstance(text, str): raise TypeError(f"text must be a str, got {type(text).__name__}")
-        special_tokens = list(special_tokens)
-        if len(set(special_tokens)) != len(special_tokens) or not all(isinstance(s, str) and s for s in special_tokens):
-            raise ValueError(f"special_tokens must be distinct non-empty strings, got {special_tokens}")
-        check_int_in_range("vocab_size", vocab_size, 256 + len(special_tokens),
-                           hint=f"256 bytes + {len(special_tokens)} special token(s)")
-        return vocab_size - 256 - len(special_tokens)
+    def _encode_chunk(self, data: bytes) -> list[int]:  # one chunk's bytes -> ids
+        return apply_merges([self.byte_ids[b] for b in data], self.merges)
 
     def _finish_training(self, merges: dict, special_tokens) -> "Tokenizer":
         "Store `merges`; special tokens take the ids after the last merge."
-        first = 256 + len(merges)
-        return self._load(merges, {s: first + i for i, s in enumerate(special_tokens)}, range(256))
+        return self._load(merges, {s: 256 + len(merges) + i for i, s in enumerate(special_tokens)}, range(256))
 
     def to_dict(self) -> dict:
         "A JSON-serialisable description; `tokenizer_from_dict` rebuilds the tokenizer from it."
@@ -281,28 +316,14 @@ class BasicBPETokenizer(Tokenizer):
              ) -> "BasicBPETokenizer": # self, trained
         """Learn `vocab_size - 256 - len(special_tokens)` merges from `text` (fewer if the text runs out of pairs).
 
-        Recounts all pairs after every merge: clear, and quadratic in practice; `BPETokenizer.train` is the fast one.
-        Raises `TypeError` if `text` is not a str, `ValueError` for a `vocab_size` below 256 + special tokens."""
-        n_merges = self._check_train_args(text, vocab_size, special_tokens)
-        ids = list(text.encode("utf-8"))
-        merges = {}
-        for new_id in range(256, 256 + n_merges):
-            counts = get_pair_counts(ids)
-            if not counts: break  # the whole text is one token
-            pair = most_frequent_pair(counts)
-            ids = merge(ids, pair, new_id)
-            merges[pair] = new_id
-            if verbose: print(f"merge {new_id - 255}/{n_merges}: {pair} -> {new_id} "
-                              f"{self.vocab_bytes(merges, new_id)!r} "
-                              f"({counts[pair]} occurrences)")
+        Recounts all pairs after every merge (`learn_merges`): clear, and quadratic in practice; `BPETokenizer.train`
+        is the fast one. Raises `TypeError` if `text` is not a str, `ValueError` for a `vocab_size` below 256 + special
+        tokens (`_check_train_args`)."""
+        n_merges = _check_train_args(text, vocab_size, special_tokens)
+        merges = learn_merges(list(text.encode("utf-8")), n_merges, verbose)
         return self._finish_training(merges, special_tokens)
 
-    @staticmethod
-    def vocab_bytes(merges: dict, i: int) -> bytes:
-        "Bytes of token `i` under `merges` (ids < 256 are bytes); used for printing during training."
-        if i < 256: return bytes([i])
-        a, b = next(p for p, new in merges.items() if new == i)
-        return BasicBPETokenizer.vocab_bytes(merges, a) + BasicBPETokenizer.vocab_bytes(merges, b)
+    vocab_bytes = staticmethod(_token_bytes)  # vocab_bytes(merges, i): the bytes of token i under `merges`
 
     def encode(self, text: str) -> list[int]:
         "Token ids of `text`: its UTF-8 bytes with the learned merges applied in learning order."
@@ -314,97 +335,135 @@ class BasicBPETokenizer(Tokenizer):
         may span any cut, so the chunks are joined first: memory grows with the text (use `BPETokenizer` to stream)."""
         yield from self.encode("".join(chunks))
 
+# %% ../nbs/05a_tokenization.ipynb #0e343633
+def _check_train_args(text, vocab_size, special_tokens) -> int:
+    "Validate `train`'s arguments; return the number of merges to learn."
+    if not isinstance(text, str): raise TypeError(f"text must be a str, got {type(text).__name__}")
+    special_tokens = list(special_tokens)
+    if len(set(special_tokens)) != len(special_tokens) or not all(isinstance(s, str) and s for s in special_tokens):
+        raise ValueError(f"special_tokens must be distinct non-empty strings, got {special_tokens}")
+    check_int_in_range("vocab_size", vocab_size, 256 + len(special_tokens),
+                       hint=f"256 bytes + {len(special_tokens)} special token(s)")
+    return vocab_size - 256 - len(special_tokens)
+
+# %% ../nbs/05a_tokenization.ipynb #2ada9770
+def _split_around_specials(text: str, specials) -> list[str]:
+    """`text` split around the special-token strings, kept at the odd positions (longest first, so one that
+    contains another wins)."""
+    if not specials: return [text]
+    specials = sorted(specials, key=len, reverse=True)
+    return regex.split("(" + "|".join(regex.escape(s) for s in specials) + ")", text)
+
+def _count_chunks(text: str, special_tokens, chunks) -> Counter:
+    """How many times each chunk (`chunks(part)`, the pre-tokenizer) occurs in `text`. Special tokens are cut out
+    first: they get their own ids, never merges such as "<|"."""
+    parts = _split_around_specials(text, special_tokens)[::2]  # the text between the special tokens
+    return Counter(chunk for part in parts for chunk in chunks(part))
+
+# %% ../nbs/05a_tokenization.ipynb #982112fd
+def pair_index(words: list[list[int]], # each distinct chunk as token ids
+               weights: list[int], # how many times each chunk occurs in the text
+              ) -> tuple[defaultdict, defaultdict]: # counts: pair -> occurrences; where: pair -> set of word indices
+    "Count the adjacent pairs of all chunks, each weighted by its chunk's count; index the chunks holding each pair."
+    counts = defaultdict(int)  # pair -> occurrences in the whole text
+    where = defaultdict(set)  # pair -> indices of the words that may contain it
+    for w, ids in enumerate(words):
+        for pair in zip(ids, ids[1:]):
+            counts[pair] += weights[w]
+            where[pair].add(w)
+    return counts, where
+
+# %% ../nbs/05a_tokenization.ipynb #3a3bc7b6
+def merge_in_words(pair: tuple[int, int], # the pair to merge
+                   new_id: int, # its new id
+                   words: list[list[int]], weights: list[int], # as for `pair_index`; `words` is updated in place
+                   counts: dict, where: dict, # from `pair_index`, updated in place
+                  ) -> None:
+    "Merge `pair` in every chunk that holds it, adjusting `counts` and `where` instead of recounting."
+    for w in where.pop(pair):
+        ids, n = words[w], weights[w]
+        for p in zip(ids, ids[1:]):
+            counts[p] -= n
+            if counts[p] == 0: del counts[p]
+        ids = words[w] = merge(ids, pair, new_id)
+        for p in zip(ids, ids[1:]):
+            counts[p] += n
+            where[p].add(w)
+
+# %% ../nbs/05a_tokenization.ipynb #71349806
+def learn_chunk_merges(chunk_counts: Counter, # distinct chunk (a str) -> how many times it occurs
+                       n_merges: int, # how many merges to learn (fewer if every chunk becomes one token)
+                       verbose: bool = False, # print every 100th merge
+                      ) -> dict[tuple[int, int], int]: # (a, b) -> new id, in learning order
+    "BPE training within chunks: the merges `learn_merges` would learn if no merge could cross a chunk, only faster."
+    words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]
+    weights = list(chunk_counts.values())
+    counts, where = pair_index(words, weights)
+    merges = {}
+    for new_id in range(256, 256 + n_merges):
+        if not counts: break  # every chunk is a single token
+        pair = most_frequent_pair(counts)
+        merge_in_words(pair, new_id, words, weights, counts, where)  # New: only the chunks holding `pair` change
+        merges[pair] = new_id
+        if verbose and (new_id - 255) % 100 == 0:
+            print(f"merge {new_id - 255}/{n_merges}: {pair} -> {new_id} {_token_bytes(merges, new_id)!r}")
+    return merges
+
+# %% ../nbs/05a_tokenization.ipynb #365b52a4
+def _encode_cached(chunks, cache: dict, encode_chunk) -> list[int]:
+    "The ids of the `chunks` (strs) joined; each distinct chunk is encoded once by `encode_chunk` (bytes -> ids)."
+    out = []
+    for chunk in chunks:
+        ids = cache.get(chunk)
+        if ids is None:  # New: encode each distinct chunk once
+            if len(cache) >= 100_000: cache.clear()  # bound the memory on huge, varied texts
+            ids = cache[chunk] = encode_chunk(chunk.encode("utf-8"))
+        out.extend(ids)
+    return out
+
+def _encode_with_specials(text: str, special_tokens: dict, encode_ordinary) -> list[int]:
+    "Ids of `text` with each special-token string as its single id and the text between encoded by `encode_ordinary`."
+    out = []
+    for i, part in enumerate(_split_around_specials(text, special_tokens)):
+        if i % 2: out.append(special_tokens[part])  # odd parts are the captured separators
+        else: out.extend(encode_ordinary(part))
+    return out
+
 # %% ../nbs/05a_tokenization.ipynb #89c11441
 class BPETokenizer(BasicBPETokenizer):
-    """Byte-level BPE with a regex pre-tokenizer and special tokens (GPT-2's scheme; minbpe's `RegexTokenizer`).
-
-    Use: `tok = BPETokenizer(); tok.train(text, vocab_size)` (train returns `tok`), or `BPETokenizer.from_gpt2()`
-    for GPT-2's own 50,257-token vocabulary, which encodes to exactly `tiktoken`'s ids."""
+    """Byte-level BPE with a regex pre-tokenizer and special tokens (GPT-2's scheme; minbpe's `RegexTokenizer`): train
+    with `BPETokenizer().train(text, vocab_size)`, or load GPT-2's 50,257 tokens (tiktoken's ids) with `from_gpt2()`."""
     def __init__(self, pattern: str = GPT2_PAT_STR, # pre-tokenizer regex (`regex` syntax); default: GPT-2's
                 ):
-        self.pattern = pattern
-        self._pat = regex.compile(pattern)
+        self.pattern, self._pat = pattern, regex.compile(pattern)
         super().__init__()
-
     def _chunks(self, text: str) -> list[str]: return self._pat.findall(text)
+    _split_special = staticmethod(_split_around_specials)
 
     def train(self, text: str, # training text
               vocab_size: int, # 256 + number of merges + len(special_tokens)
               special_tokens=(), # e.g. ["<|endoftext|>"]; they get the last ids
               verbose: bool = False, # print every 100th merge
              ) -> "BPETokenizer": # self, trained
-        """Learn merges from `text` within chunks of the pre-tokenizer; same merges as counting from scratch each step.
-
-        Raises `TypeError` if `text` is not a str, `ValueError` for a `vocab_size` below 256 + special tokens."""
-        n_merges = self._check_train_args(text, vocab_size, special_tokens)
-        # New: special tokens are cut out first (they get their own ids, never merges such as "<|"), then each
-        # distinct chunk is counted once, with the number of times it occurs.
-        parts = self._split_special(text, special_tokens)[::2]  # the text between the special tokens
-        chunk_counts = Counter(chunk for part in parts for chunk in self._chunks(part))
-        words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]
-        weights = list(chunk_counts.values())
-        counts = defaultdict(int)  # pair -> occurrences in the whole text
-        where = defaultdict(set)  # pair -> indices of the words that may contain it
-        for w, ids in enumerate(words):
-            for pair in zip(ids, ids[1:]):
-                counts[pair] += weights[w]
-                where[pair].add(w)
-        merges = {}
-        for new_id in range(256, 256 + n_merges):
-            if not counts: break  # every chunk is a single token
-            pair = most_frequent_pair(counts)
-            # New: only the words containing `pair` change; take their old pairs out and put their new pairs in.
-            for w in where.pop(pair):
-                ids, n = words[w], weights[w]
-                for p in zip(ids, ids[1:]):
-                    counts[p] -= n
-                    if counts[p] == 0: del counts[p]
-                ids = words[w] = merge(ids, pair, new_id)
-                for p in zip(ids, ids[1:]):
-                    counts[p] += n
-                    where[p].add(w)
-            merges[pair] = new_id
-            if verbose and (new_id - 255) % 100 == 0:
-                print(f"merge {new_id - 255}/{n_merges}: {pair} -> {new_id} {self.vocab_bytes(merges, new_id)!r}")
-        return self._finish_training(merges, special_tokens)
+        "Learn merges within the pre-tokenizer's chunks (`learn_chunk_merges`); errors as `BasicBPETokenizer.train`."
+        n_merges = _check_train_args(text, vocab_size, special_tokens)
+        chunk_counts = _count_chunks(text, special_tokens, self._chunks)  # New: each distinct chunk once
+        return self._finish_training(learn_chunk_merges(chunk_counts, n_merges, verbose), special_tokens)
 
     def encode_ordinary(self, text: str) -> list[int]:
         "Token ids of `text`, treating special-token strings as ordinary text."
         if not isinstance(text, str): raise TypeError(f"text must be a str, got {type(text).__name__}")
-        out, cache = [], self._cache
-        for chunk in self._chunks(text):
-            ids = cache.get(chunk)
-            if ids is None:  # New: encode each distinct chunk once
-                if len(cache) >= 100_000: cache.clear()  # bound the memory on huge, varied texts
-                ids = cache[chunk] = self._encode_chunk(chunk.encode("utf-8"))
-            out.extend(ids)
-        return out
-
+        return _encode_cached(self._chunks(text), self._cache, self._encode_chunk)
     def encode(self, text: str, # the text to encode
                allow_special: bool = False, # encode registered special tokens (e.g. "<|endoftext|>") as their ids
               ) -> list[int]:
         "Token ids of `text`; special-token strings become their single id only if `allow_special` (as `TiktokenGPT2`)."
         if not allow_special or not self.special_tokens: return self.encode_ordinary(text)
-        parts = self._split_special(text, self.special_tokens)
-        out = []
-        for i, part in enumerate(parts):
-            if i % 2: out.append(self.special_tokens[part])  # odd parts are the captured separators
-            else: out.extend(self.encode_ordinary(part))
-        return out
-
-    @staticmethod
-    def _split_special(text: str, specials) -> list[str]:
-        """`text` split around the special-token strings, kept at the odd positions (longest first, so one that
-        contains another wins)."""
-        if not specials: return [text]
-        specials = sorted(specials, key=len, reverse=True)
-        return regex.split("(" + "|".join(regex.escape(s) for s in specials) + ")", text)
+        return _encode_with_specials(text, self.special_tokens, self.encode_ordinary)
 
     def encode_iterable(self, chunks) -> Iterator[int]:
-        """Ids of the concatenated text `chunks` (e.g. an open file), yielded lazily and equal to `encode_ordinary` on
-        the whole text; memory is bounded by the longest chunk, not the corpus (see `TiktokenGPT2.encode_iterable`)."""
+        "Ids of `chunks` joined, lazily, as `encode_ordinary` gives; memory bounded by a chunk (see `_encode_stream`)."
         yield from _encode_stream(self.encode_ordinary, self.pattern, chunks)
-
     @classmethod
     def from_gpt2(cls) -> "BPETokenizer":
         "GPT-2's tokenizer rebuilt from `vocab.bpe` and `encoder.json` (via `data_path`; `ChecksumError` if corrupt)."
