@@ -64,7 +64,7 @@ def test_the_rhythm_rule_catches_long_cells_and_cells_without_examples():
     assert len(metrics.notebook_rhythm([f, prose, hidden, g, example])[1]) == 1
     assert metrics.notebook_rhythm([f, example, g, example])[1] == []
     # exempt: an exported cell of imports only, and a folded guard right after the function it guards
-    imports = _cell("#| export\nimport torch\nfrom torch import nn")
+    imports = _cell("#| export\nimport torch\nfrom torch import (\n    nn)")
     guard = _cell("#| exporti\n#| code-fold: true\nx = 1")
     assert metrics.notebook_rhythm([imports, f, guard, example, g, example])[1] == []
 

@@ -132,7 +132,6 @@ MAX_EXPORT_LINES = 40
 _EXPORTED = re.compile(r"^#\|\s*export", re.M)
 _HIDDEN = re.compile(r"^#\|\s*hide\b", re.M)
 _FOLDED = re.compile(r"^#\|\s*code-fold:\s*true", re.M)
-_IMPORT = re.compile(r"(from \S+ )?import ")
 
 
 def _directives(source: str) -> str:
@@ -142,6 +141,15 @@ def _directives(source: str) -> str:
         if line.startswith("#|"): lines.append(line)
         elif line.strip(): break
     return "\n".join(lines)
+
+
+def _only_imports(source: str) -> bool:
+    "True if the cell's code is import statements only (a parenthesised import over several lines included)."
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return bool(body) and all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in body)
 
 
 def notebook_rhythm(cells: list[dict]) -> tuple[list[int], list[str]]:
@@ -160,8 +168,7 @@ def notebook_rhythm(cells: list[dict]) -> tuple[list[int], list[str]]:
         lengths.append(len(lines))
         if len(lines) > MAX_EXPORT_LINES:
             problems.append(f"code cell {i} ({first}) is {len(lines)} lines, over {MAX_EXPORT_LINES}")
-        body = [s for s in lines if s.strip() and not s.lstrip().startswith("#")]
-        if _FOLDED.search(directives) or (body and all(_IMPORT.match(s) for s in body)): continue
+        if _FOLDED.search(directives) or _only_imports(source): continue
         if waiting is not None:
             problems.append(f"code cell {waiting} is followed by exported code cell {i} ({first}) "
                             "with no example between")
