@@ -232,7 +232,7 @@ def _tiny_checkpoint(folder: Path) -> Path:
 def test_model_card_from_a_checkpoint(tmp_path):
     path = _tiny_checkpoint(tmp_path/"run")
     card = model_card(path)
-    assert "1 layers, 2 heads, d_model 16, context 16 tokens, vocabulary 11 (char tokenizer)" in card
+    assert "n_layers 1, n_heads 2, d_model 16, context_length 16 tokens, vocab_size 11 (char tokenizer)" in card
     assert f"{_tiny_gpt().n_params():,} parameters" in card
     assert "validation loss 2.5000" in card and f"perplexity {math.exp(2.5):.2f}" in card
     assert "| max_iters | 3 |" in card and "## Intended use" in card and "toxicity" in card

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .lm_head import eval_mode
 from .sampling import generate
 from .validation import check_choice, check_positive_int
 
@@ -66,12 +67,8 @@ def sequence_log_likelihood(model: nn.Module, # our `GPT`, or a Hugging Face cau
     check_choice("reduction", reduction, ("sum", "mean"))
     mask = _checked_loss_mask(token_ids, loss_mask)[:, 1:]  # (B, T-1): token 0 has no prediction
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         logits = _logits_of(model, token_ids.to(device)).float()  # (B, T, V)
-    finally:
-        model.train(was_training)
     B, T, V = logits.shape  # position t-1 predicts token t: log P = -cross-entropy, without a (B, T-1, V) copy
     token_lp = -torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V),
                                                   token_ids[:, 1:].reshape(-1).to(device),

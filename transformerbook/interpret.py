@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .attention import attention_weights
-from .lm_head import GPT, GPTConfig, logit_lens
+from .lm_head import GPT, GPTConfig, eval_mode, logit_lens
 from .model_cache import run_dir
 from .training import CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint
 from .training import load_dataset, load_model, save_checkpoint, train
@@ -56,18 +56,17 @@ def attention_patterns(model: GPT, # any GPT (pre- or post-norm, fused or not)
     weights the layer multiplies its values by. Runs in eval mode (no dropout) and restores the mode. Raises
     `TypeError` for a model that is not a `GPT`, and what `GPT.forward` raises for bad token_ids."""
     _check_model(model)
-    patterns, was_training = [], model.training
+    patterns = []
     def record(attn, args, kwargs, output):
         x, mask = args[0], kwargs.get("mask")  # (B, T, D) normalised stream; bool mask, True = may attend
         q, k = attn.split_heads(attn.q_proj(x)), attn.split_heads(attn.k_proj(x))  # (B, T, D) -> (B, H, T, Dh)
         patterns.append(attention_weights(q, k, mask))  # (B, H, T, Dh) x (B, H, Dh, T) -> (B, H, T, T)
     hooks = [block.attn.register_forward_hook(record, with_kwargs=True) for block in model.blocks]
-    model.eval()
     try:
-        model(token_ids)
+        with eval_mode(model):
+            model(token_ids)
     finally:
         for h in hooks: h.remove()
-        model.train(was_training)
     return torch.stack(patterns)  # n_layers x (B, H, T, T) -> (L, B, H, T, T)
 
 # %% ../nbs/11_inside.ipynb #0c01b531
@@ -146,12 +145,8 @@ def loss_by_position(model: GPT,
                     ) -> Tensor: # (T - 1,) nats: entry t is the mean loss of predicting token t + 1 from tokens 0..t
     "Cross-entropy at every position, averaged over the batch: the in-context-learning curve (Olsson et al. 2022)."
     _check_model(model)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         logits = model(token_ids)[:, :-1]  # (B, T - 1, V): the last position has no target
-    finally:
-        model.train(was_training)
     nll = F.cross_entropy(logits.transpose(1, 2), token_ids[:, 1:], reduction="none")  # (B, V, T-1) -> (B, T - 1)
     return nll.mean(0)  # (T - 1,)
 
