@@ -3,7 +3,7 @@
 **In the package** (`transformerbook.lm_head`): `GPT(GPTConfig(...))` is a decoder-only transformer mapping (B, T)
 token ids to (B, T, vocab_size) logits; `GPTConfig.gpt2_small()` holds GPT-2 small's sizes, its switches
 (`POSITIONALS` among them) also describe Llama- and Qwen3-style models (chapter 12), and `gpt2_init(module, n_layers)`
-is GPT-2's initialisation; `with eval_mode(model):` reads a model without dropout and restores its mode afterwards.
+is GPT-2's initialisation; `eval_mode(model)` (a `with` block) reads a model without dropout and restores its mode afterwards.
 Loading OpenAI's weights from the Hugging Face Hub is a separate job, in `transformerbook.pretrained`
 (`from_pretrained("gpt2")`), which imports this module, never the other way round.
 `approx_non_embedding_params(n_layers, d_model)` is Kaplan et al.'s 12 · n_layers · d_model² estimate, and
