@@ -95,6 +95,7 @@ class RMSNorm(nn.Module):
         rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
         return x / rms * self.weight  # (..., D)
 
+# %% ../nbs/04_blocks.ipynb #d7c02557
 NORMS = ("layer", "rms")  # the `normalization` choices of TransformerBlock and GPTConfig
 
 def make_norm(normalization: str, # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama, Qwen3)
@@ -177,16 +178,9 @@ def make_mlp(d_model: int, # model width D
     if activation == "swiglu": return SwiGLUFeedForward(d_model, d_ff, dropout=dropout, bias=bias)
     return FeedForward(d_model, d_ff, dropout=dropout, bias=bias, activation=activation)
 
-# %% ../nbs/04_blocks.ipynb #073d0bda
-class TransformerBlock(nn.Module):
-    """A transformer block: multi-head attention and a feed-forward network, each wrapped in a residual connection.
-
-    norm="post": h = LN(x + MHA(x)); out = LN(h + FFN(h))
-    (J&M eqs. 10.24-10.31; 6.390 eqs. 11.14-11.17; Vaswani et al. 2017).
-    norm="pre":  h = x + MHA(LN(x)); out = h + FFN(LN(h))  (J&M eqs. 10.38-10.43; GPT-2). A pre-norm stack needs a
-    final norm after its last block. Every argument after n_heads is keyword-only; `normalization`, `activation`,
-    `n_kv_heads`, `d_head` and `qk_norm` switch the GPT-2 block into a Llama- or Qwen3-style one (chapter 12). Raises
-    `ValueError` for an unknown norm placement or normalization (and, via its parts, for bad widths)."""
+# %% ../nbs/04_blocks.ipynb #67e08085
+class _BlockLayers(nn.Module):
+    "The sublayers of a `TransformerBlock` (its arguments are documented there): ln_1, attn, ln_2, mlp."
     def __init__(self, d_model: int, # model width D
                  n_heads: int, # attention heads H
                  *,
@@ -212,6 +206,16 @@ class TransformerBlock(nn.Module):
         d_ff = 4 * d_model if d_ff is None else d_ff  # only None means the default: d_ff=0 is an error, not 4·d_model
         self.mlp = make_mlp(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
 
+# %% ../nbs/04_blocks.ipynb #073d0bda
+class TransformerBlock(_BlockLayers):
+    """A transformer block: multi-head attention and a feed-forward network, each wrapped in a residual connection.
+
+    norm="post": h = LN(x + MHA(x)); out = LN(h + FFN(h))
+    (J&M eqs. 10.24-10.31; 6.390 eqs. 11.14-11.17; Vaswani et al. 2017).
+    norm="pre":  h = x + MHA(LN(x)); out = h + FFN(LN(h))  (J&M eqs. 10.38-10.43; GPT-2). A pre-norm stack needs a
+    final norm after its last block. Every argument after n_heads is keyword-only; `normalization`, `activation`,
+    `n_kv_heads`, `d_head` and `qk_norm` switch the GPT-2 block into a Llama- or Qwen3-style one (chapter 12). Raises
+    `ValueError` for an unknown norm placement or normalization (and, via its parts, for bad widths)."""
     def forward(self, x: Tensor, # (B, T, D) the residual stream
                 mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
                 layer_cache=None, # this layer's KV cache (`update(k, v) -> (k_all, v_all)`, chapter 7)
