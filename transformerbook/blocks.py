@@ -41,8 +41,7 @@ class LayerNorm(nn.Module):
                  fused: bool = False, # use torch's fused `F.layer_norm` (same maths) instead of the code below
                 ):
         super().__init__()
-        check_positive_int("d_model", d_model)
-        if eps < 0: raise ValueError(f"eps={eps} must be >= 0")
+        _check_norm_args(d_model, eps)
         self.d_model, self.eps, self.fused = d_model, eps, fused
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None  # β
@@ -51,11 +50,7 @@ class LayerNorm(nn.Module):
                ) -> Tensor: # (..., d_model); dtype: x's and the parameters' promoted (float32 params: float32 or wider)
         """(..., D) -> (..., D): normalize each vector over its last axis (J&M eqs. 10.20-10.23). Raises `TypeError`
         for a non-float x and `ValueError` if the last dimension is not d_model."""
-        if not isinstance(x, Tensor) or not x.is_floating_point():
-            raise TypeError(f"x must be a floating-point torch.Tensor, got "
-                            f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"last dimension of x must be d_model={self.d_model}, got shape {tuple(x.shape)}")
+        _check_norm_input(x, self.d_model)
         # torch's kernel wants one dtype; mixed ones take the code below
         if self.fused and x.dtype == self.weight.dtype:
             return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
@@ -64,6 +59,20 @@ class LayerNorm(nn.Module):
         x_hat = (x - mu) / torch.sqrt(var + self.eps)  # (..., d_model)    J&M eq. 10.22, with ε
         y = x_hat * self.weight  # γ ⊙ x̂                                   J&M eq. 10.23
         return y + self.bias if self.bias is not None else y  # + β
+
+# %% ../nbs/04_blocks.ipynb #e7fb9ce1
+def _check_norm_args(d_model, eps) -> None:
+    "A norm's width is a positive int and its ε is >= 0 (`ValueError` otherwise)."
+    check_positive_int("d_model", d_model)
+    if eps < 0: raise ValueError(f"eps={eps} must be >= 0")
+
+def _check_norm_input(x, d_model: int) -> None:
+    "A norm's input is a float tensor (`TypeError`) whose last dimension is d_model (`ValueError`)."
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point torch.Tensor, got "
+                        f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
+    if x.shape[-1] != d_model:
+        raise ValueError(f"last dimension of x must be d_model={d_model}, got shape {tuple(x.shape)}")
 
 # %% ../nbs/04_blocks.ipynb #27b678e1
 class RMSNorm(nn.Module):
@@ -78,23 +87,19 @@ class RMSNorm(nn.Module):
                  fused: bool = False, # use torch's fused `F.rms_norm` (same maths) instead of the code below
                 ):
         super().__init__()
-        check_positive_int("d_model", d_model)
-        if eps < 0: raise ValueError(f"eps={eps} must be >= 0")
+        _check_norm_args(d_model, eps)
         self.d_model, self.eps, self.fused = d_model, eps, fused
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
 
     def forward(self, x: Tensor, # (..., d_model) float
                ) -> Tensor: # (..., d_model)
         "(..., D) -> (..., D): divide each vector by its root mean square, scale by γ (Zhang & Sennrich 2019 eq. 4)."
-        if not isinstance(x, Tensor) or not x.is_floating_point():
-            raise TypeError(f"x must be a floating-point torch.Tensor, got "
-                            f"{x.dtype if isinstance(x, Tensor) else type(x).__name__} (convert with x.float())")
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"last dimension of x must be d_model={self.d_model}, got shape {tuple(x.shape)}")
+        _check_norm_input(x, self.d_model)
         if self.fused and x.dtype == self.weight.dtype: return F.rms_norm(x, (self.d_model,), self.weight, self.eps)
         rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
         return x / rms * self.weight  # (..., D)
 
+# %% ../nbs/04_blocks.ipynb #d7c02557
 NORMS = ("layer", "rms")  # the `normalization` choices of TransformerBlock and GPTConfig
 
 def make_norm(normalization: str, # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama, Qwen3)
@@ -115,6 +120,7 @@ ACTIVATIONS = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's tanh approximation of GELU
 }
 
+# %% ../nbs/04_blocks.ipynb #fd31ebf9
 class FeedForward(nn.Module):
     """Position-wise feed-forward network FFN(x) = φ(x W₁ + b₁) W₂ + b₂ (J&M §10.3; Vaswani et al. 2017 eq. 2;
     6.390 eq. 11.16), usually with d_ff = 4·d_model. Raises `ValueError` for an unknown activation or a d_model or d_ff
@@ -164,6 +170,7 @@ class SwiGLUFeedForward(nn.Module):
         check_input_dtype(x, self.w1.weight)
         return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))  # (..., F) ⊙ (..., F) -> (..., D)
 
+# %% ../nbs/04_blocks.ipynb #e032a06e
 MLP_ACTIVATIONS = (*ACTIVATIONS, "swiglu")  # FeedForward's activations, or the gated SwiGLU network
 
 def make_mlp(d_model: int, # model width D
@@ -177,16 +184,9 @@ def make_mlp(d_model: int, # model width D
     if activation == "swiglu": return SwiGLUFeedForward(d_model, d_ff, dropout=dropout, bias=bias)
     return FeedForward(d_model, d_ff, dropout=dropout, bias=bias, activation=activation)
 
-# %% ../nbs/04_blocks.ipynb #073d0bda
-class TransformerBlock(nn.Module):
-    """A transformer block: multi-head attention and a feed-forward network, each wrapped in a residual connection.
-
-    norm="post": h = LN(x + MHA(x)); out = LN(h + FFN(h))
-    (J&M eqs. 10.24-10.31; 6.390 eqs. 11.14-11.17; Vaswani et al. 2017).
-    norm="pre":  h = x + MHA(LN(x)); out = h + FFN(LN(h))  (J&M eqs. 10.38-10.43; GPT-2). A pre-norm stack needs a
-    final norm after its last block. Every argument after n_heads is keyword-only; `normalization`, `activation`,
-    `n_kv_heads`, `d_head` and `qk_norm` switch the GPT-2 block into a Llama- or Qwen3-style one (chapter 12). Raises
-    `ValueError` for an unknown norm placement or normalization (and, via its parts, for bad widths)."""
+# %% ../nbs/04_blocks.ipynb #67e08085
+class _BlockLayers(nn.Module):
+    "The sublayers of a `TransformerBlock` (its arguments are documented there): ln_1, attn, ln_2, mlp."
     def __init__(self, d_model: int, # model width D
                  n_heads: int, # attention heads H
                  *,
@@ -212,6 +212,16 @@ class TransformerBlock(nn.Module):
         d_ff = 4 * d_model if d_ff is None else d_ff  # only None means the default: d_ff=0 is an error, not 4·d_model
         self.mlp = make_mlp(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
 
+# %% ../nbs/04_blocks.ipynb #073d0bda
+class TransformerBlock(_BlockLayers):
+    """A transformer block: multi-head attention and a feed-forward network, each wrapped in a residual connection.
+
+    norm="post": h = LN(x + MHA(x)); out = LN(h + FFN(h))
+    (J&M eqs. 10.24-10.31; 6.390 eqs. 11.14-11.17; Vaswani et al. 2017).
+    norm="pre":  h = x + MHA(LN(x)); out = h + FFN(LN(h))  (J&M eqs. 10.38-10.43; GPT-2). A pre-norm stack needs a
+    final norm after its last block. Every argument after n_heads is keyword-only; `normalization`, `activation`,
+    `n_kv_heads`, `d_head` and `qk_norm` switch the GPT-2 block into a Llama- or Qwen3-style one (chapter 12). Raises
+    `ValueError` for an unknown norm placement or normalization (and, via its parts, for bad widths)."""
     def forward(self, x: Tensor, # (B, T, D) the residual stream
                 mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
                 layer_cache=None, # this layer's KV cache (`update(k, v) -> (k_all, v_all)`, chapter 7)

@@ -142,6 +142,7 @@ def rotary_frequencies(d_head: int, # per-head width Dh (even)
     smooth = ((old_context / wavelength - low) / (high - low)).clamp(0, 1)  # 0: long waves, 1: short waves
     return (1 - smooth) * omega / factor + smooth * omega  # long waves slowed by `factor`, short ones kept
 
+# %% ../nbs/05_embeddings.ipynb #e2f0bbf1
 def rotate_half(x: Tensor, # (..., Dh)
                ) -> Tensor: # (..., Dh): [-x₂, x₁] for x = [x₁, x₂] split in halves
     "The half-split layout's 90° turn: pairs feature i with feature i + Dh/2 (Hugging Face's `rotate_half`)."

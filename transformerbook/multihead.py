@@ -6,7 +6,8 @@ kernel instead of the book's code; `n_kv_heads` < n_heads shares each key/value 
 (grouped-query attention) and `qk_norm=True` RMS-normalises each head's queries and keys. For generation, `forward`
 takes a `layer_cache`: any per-layer cache with `update(k, v) -> (k_all, v_all)`, which appends the new positions' keys
 and values, (B, n_kv_heads, T, d_head), and returns all the cached ones, (B, n_kv_heads, S, d_head) (chapter 7's
-`sampling.LayerKVCache`).
+`sampling.LayerKVCache`). Its steps: `split_heads(x, d_head)` and `merge_heads(x)` reshape (B, T, H·Dh)
+to (B, H, T, Dh) and back; `repeat_kv(k, v, n_rep)` repeats each key/value head for the query heads it serves.
 
 Docs: https://transformerbook.github.io/transformerbook/multihead.html.md"""
 
@@ -25,32 +26,25 @@ from .attention import attention_weights
 from .validation import check_input_dtype, check_mask, check_positive_ints
 
 # %% auto #0
-__all__ = ['MultiHeadAttention']
+__all__ = ['split_heads', 'merge_heads', 'MultiHeadAttention', 'repeat_kv']
 
-# %% ../nbs/03_multihead.ipynb #5e13388e
-_MOVED = {"KVCache": "transformerbook.sampling", "LayerKVCache": "transformerbook.sampling"}  # taught with generation
+# %% ../nbs/03_multihead.ipynb #1419757f
+def split_heads(x: Tensor, # (B, T, n·Dh): the n heads' features side by side
+                d_head: int, # per-head width Dh
+               ) -> Tensor: # (B, n, T, Dh)
+    "Split the features into heads: head i gets features i·Dh .. (i+1)·Dh - 1 of every position."
+    B, T, _ = x.shape
+    return x.view(B, T, -1, d_head).transpose(1, 2)  # (B, T, n, Dh) -> (B, n, T, Dh)
 
-def __getattr__(name: str):
-    "An `ImportError` naming the new home of a class that left this module, instead of Python's bare one."
-    if name in _MOVED:
-        raise ImportError(f"{name} moved to {_MOVED[name]} (chapter 7, where generation uses it): "
-                          f"use `from {_MOVED[name]} import {name}`")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def merge_heads(x: Tensor, # (B, H, T, Dh)
+               ) -> Tensor: # (B, T, H·Dh)
+    "Concatenate the heads of every position, head_1 ⊕ ... ⊕ head_H (J&M eq. 10.19): the inverse of `split_heads`."
+    B, H, T, Dh = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, H, Dh) -> (B, T, H·Dh)
 
-# %% ../nbs/03_multihead.ipynb #083bff9c
-_SDPA_GQA = torch.__version__ >= "2.5"  # scaled_dot_product_attention(enable_gqa=True) exists from torch 2.5
-
-# %% ../nbs/03_multihead.ipynb #d7722620
-class MultiHeadAttention(nn.Module):
-    """Multi-head self-attention (J&M eqs. 10.17-10.19; Vaswani et al. 2017 §3.2.2), optionally with fewer key/value
-    heads (grouped-query attention, Ainslie et al. 2023; multi-query for n_kv_heads=1, Shazeer 2019) and RMS-normalised
-    queries and keys (QK-norm, as in Qwen3 and OLMo 2).
-
-    Each of the `n_heads` heads attends with its own d_head-dimensional slice of the q projection; the keys and values
-    come from `n_kv_heads` heads, each shared by n_heads / n_kv_heads query heads. The heads' outputs are
-    concatenated and projected by `out_proj` (W_O). With the defaults (n_kv_heads = n_heads, d_head = d_model /
-    n_heads): 4·d_model² weights + 4·d_model biases (if `bias`), whatever n_heads is. Raises `ValueError` if n_heads
-    does not divide d_model (when d_head is not given) or n_kv_heads does not divide n_heads."""
+# %% ../nbs/03_multihead.ipynb #418912dd
+class _MultiHeadLayers(nn.Module):
+    "The weights of a `MultiHeadAttention` and its head reshapes (the arguments are documented there)."
     def __init__(self,
                  d_model: int, # model width D
                  n_heads: int, # number of query heads H; must divide d_model unless d_head is given
@@ -64,12 +58,7 @@ class MultiHeadAttention(nn.Module):
                 ):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        check_positive_ints(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
-        if d_head is None and d_model % n_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        if n_heads % n_kv_heads != 0:
-            raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}: each key/value head "
-                             f"must serve the same number of query heads")
+        _check_heads(d_model, n_heads, n_kv_heads, d_head)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads if d_head is None else d_head
         self.dropout, self.fused = dropout, fused
@@ -85,34 +74,41 @@ class MultiHeadAttention(nn.Module):
 
     def split_heads(self, x: Tensor) -> Tensor:
         "(B, T, n·Dh) -> (B, n, T, Dh): head i gets features i·Dh .. (i+1)·Dh - 1 of every position"
-        B, T, _ = x.shape
-        return x.view(B, T, -1, self.d_head).transpose(1, 2)  # (B, T, n, Dh) -> (B, n, T, Dh)
+        return split_heads(x, self.d_head)
 
     def merge_heads(self, x: Tensor) -> Tensor:
         "(B, H, T, Dh) -> (B, T, H·Dh): concatenate the heads, head_1 ⊕ ... ⊕ head_H (J&M eq. 10.19)"
-        B, H, T, Dh = x.shape
-        return x.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, H, Dh) -> (B, T, H·Dh)
+        return merge_heads(x)
 
+# %% ../nbs/03_multihead.ipynb #c7f91a07
+def _check_heads(d_model: int, n_heads: int, n_kv_heads: int, d_head: int | None):
+    "The head counts are positive, n_heads divides d_model (unless d_head is given), n_kv_heads divides n_heads."
+    check_positive_ints(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
+    if d_head is None and d_model % n_heads != 0:
+        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+    if n_heads % n_kv_heads != 0:
+        raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}: each key/value head "
+                         f"must serve the same number of query heads")
+
+# %% ../nbs/03_multihead.ipynb #d7722620
+class MultiHeadAttention(_MultiHeadLayers):
+    """Multi-head self-attention (J&M eqs. 10.17-10.19; Vaswani et al. 2017 §3.2.2), optionally with fewer key/value
+    heads (grouped-query attention, Ainslie et al. 2023; multi-query for n_kv_heads=1, Shazeer 2019) and RMS-normalised
+    queries and keys (QK-norm, as in Qwen3 and OLMo 2). Each of the `n_heads` heads attends with its own d_head-wide
+    slice of the q projection; each of the `n_kv_heads` key/value heads serves n_heads / n_kv_heads of them; `out_proj`
+    (W_O) mixes the concatenated heads. Defaults: 4·d_model² weights + 4·d_model biases (if `bias`), whatever n_heads
+    is. Raises `ValueError` if n_heads does not divide d_model (d_head not given) or n_kv_heads does not divide n_heads."""
     def forward(self,
                 x: Tensor, # (B, T, D) float
                 mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
                 layer_cache=None, # this layer's cache: `update(k, v)` appends the new keys/values, returns all
                 rotate: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None, # (q, k) -> (q, k): rotary
                 validate_mask: bool = True, # False when the caller (a GPT) has checked the mask once for all layers
-                is_causal: bool = False, # True: `mask` is the plain causal mask (T = S, no padding); the fused path
-                                         # then uses SDPA's built-in causal masking instead of reading the mask
+                is_causal: bool = False, # True: `mask` is the plain causal mask (T = S, no padding): fused SDPA's own
                ) -> Tensor: # (B, T, D)
         """Attend over the T new positions (and the cached ones). `rotate` acts on the new queries and keys before
         they are cached (chapter 5's rotary embedding). Raises `TypeError`/`ValueError` for a bad x or mask."""
-        if not isinstance(x, Tensor) or not x.is_floating_point():
-            raise TypeError(f"x must be a floating-point torch.Tensor, got "
-                            f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
-        check_input_dtype(x, self.q_proj.weight)
-        if mask is not None and validate_mask:  # before the cache is touched, so a bad call leaves it as it was
-            S = x.shape[1] + (len(layer_cache) if layer_cache is not None else 0)
-            check_mask(mask, torch.Size((x.shape[0], self.n_heads, x.shape[1], S)))  # the same check as chapter 1's
+        _check_attention_input(self, x, mask, layer_cache, validate_mask)  # before the cache is touched
         q = self.split_heads(self.q_proj(x))  # (B, T, H·Dh) -> (B, H, T, Dh)
         k = self.split_heads(self.k_proj(x))  # (B, KV, T, Dh)
         v = self.split_heads(self.v_proj(x))  # (B, KV, T, Dh)
@@ -122,19 +118,62 @@ class MultiHeadAttention(nn.Module):
             q, k = rotate(q, k)  # positions enter here, as rotations (chapter 5)
         if layer_cache is not None:
             k, v = layer_cache.update(k, v)  # (B, KV, S, Dh), S = cached + T: the cache holds KV heads, not H
-        grouped = self.n_kv_heads != self.n_heads
-        if grouped and not (self.fused and _SDPA_GQA):  # each key/value head serves H / KV consecutive query heads
-            k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (B, KV, S, Dh) -> (B, H, S, Dh)
-            v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
-        if self.fused:  # torch's kernel; with GQA it reads each key/value head for its query heads without copying
-            causal = is_causal and k.shape[-2] == q.shape[-2]  # the kernel's own mask is the (T, T) lower triangle
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else mask, is_causal=causal,
-                                                 dropout_p=self.dropout if self.training else 0.0,
-                                                 **({"enable_gqa": True} if grouped and _SDPA_GQA else {}))
-            if mask is not None and not causal:  # a query with no allowed key outputs 0 (SDPA too since torch 2.5)
-                out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        if self.fused:  # torch's kernel (below)
+            out = _fused_attention(q, k, v, mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0)
         else:
-            # (B, H, T, S); q, k and the mask were checked above (or by the GPT), so not again
-            weights = self.attn_dropout(attention_weights(q, k, mask, validate=False))
-            out = weights @ v  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
+            if self.n_kv_heads != self.n_heads:  # grouped-query attention (below)
+                k, v = repeat_kv(k, v, n_rep=self.n_heads // self.n_kv_heads)  # (B, KV, S, Dh) -> (B, H, S, Dh)
+            out = self.attn_dropout(attention_weights(q, k, mask, validate=False)) @ v  # (B, H, T, S) @ (B, H, S, Dh)
         return self.resid_dropout(self.out_proj(self.merge_heads(out)))  # (B, T, H·Dh) -> (B, T, D)
+
+# %% ../nbs/03_multihead.ipynb #6d1e3c4b
+def _check_attention_input(mha: MultiHeadAttention, x, mask, layer_cache, validate_mask: bool):
+    "The checks of `mha.forward`: x a (B, T, d_model) float tensor of the weights' dtype; the mask, unless told not to."
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point torch.Tensor, got "
+                        f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
+    if x.dim() != 3 or x.shape[-1] != mha.d_model:
+        raise ValueError(f"x must have shape (B, T, d_model={mha.d_model}), got {tuple(x.shape)}")
+    check_input_dtype(x, mha.q_proj.weight)
+    if mask is not None and validate_mask:  # q, k and the mask are then not checked again by attention_weights
+        S = x.shape[1] + (len(layer_cache) if layer_cache is not None else 0)
+        check_mask(mask, torch.Size((x.shape[0], mha.n_heads, x.shape[1], S)))  # the same check as chapter 1's
+
+# %% ../nbs/03_multihead.ipynb #a25ae6c8
+_SDPA_GQA = torch.__version__ >= "2.5"  # scaled_dot_product_attention(enable_gqa=True) exists from torch 2.5
+
+def _fused_attention(q: Tensor, # (B, H, T, Dh)
+                     k: Tensor, # (B, KV, S, Dh), KV dividing H
+                     v: Tensor, # (B, KV, S, Dh)
+                     mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
+                     is_causal: bool = False, # `mask` is the plain causal mask: the kernel's own is used when T = S
+                     dropout_p: float = 0.0, # dropout on the attention weights
+                    ) -> Tensor: # (B, H, T, Dh)
+    "Attention by torch's fused `F.scaled_dot_product_attention`, with the book's mask convention."
+    grouped = k.shape[1] != q.shape[1]
+    if grouped and not _SDPA_GQA:  # older torch: copy each key/value head for its query heads
+        k, v = repeat_kv(k, v, n_rep=q.shape[1] // k.shape[1])
+    causal = is_causal and k.shape[-2] == q.shape[-2]  # the kernel's own mask is the (T, T) lower triangle
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else mask, is_causal=causal,
+                                         dropout_p=dropout_p, **({"enable_gqa": True} if grouped and _SDPA_GQA else {}))
+    if mask is not None and not causal:  # a query with no allowed key outputs 0 (SDPA too since torch 2.5)
+        out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return out
+
+# %% ../nbs/03_multihead.ipynb #85627d6c
+def repeat_kv(k: Tensor, # (B, KV, S, Dh)
+              v: Tensor, # (B, KV, S, Dh)
+              n_rep: int, # query heads per key/value head, H / KV
+             ) -> tuple[Tensor, Tensor]: # (B, H, S, Dh) each
+    "Repeat each key/value head for the n_rep consecutive query heads it serves: k_h = k^kv_(h // n_rep)."
+    return k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
+
+# %% ../nbs/03_multihead.ipynb #9045d83c
+_MOVED = {"KVCache": "transformerbook.sampling", "LayerKVCache": "transformerbook.sampling"}  # taught with generation
+
+def __getattr__(name: str):
+    "An `ImportError` naming the new home of a class that left this module, instead of Python's bare one."
+    if name in _MOVED:
+        raise ImportError(f"{name} moved to {_MOVED[name]} (chapter 7, where generation uses it): "
+                          f"use `from {_MOVED[name]} import {name}`")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,6 +39,7 @@ def is_number(value) -> bool:
 
 def _why(hint: str) -> str: return f" ({hint})" if hint else ""
 
+# %% ../nbs/00_notation.ipynb #d85af18d
 def check_positive_int(name: str, # the argument's name, as the caller spells it
                        value, # what the caller passed
                        hint: str = "", # why the rule holds, shown in parentheses
@@ -124,6 +125,7 @@ def check_ids_below(ids: Tensor, # integer ids
         bad = ids[(ids < 0) | (ids >= high)]
         raise ValueError(f"{what} {bad[0].item()} is outside [0, {bound}={high})" + (f": {hint}" if hint else ""))
 
+# %% ../nbs/00_notation.ipynb #0cc92eee
 def check_bool_mask(name: str, mask) -> None:
     "Raise `TypeError` naming the dtype or type unless `mask` is a bool tensor (True = may attend)."
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
