@@ -72,7 +72,7 @@ def test_block_params_checker(formula, hint):
 # --- fully masked rows ----------------------------------------------------------------------------------------
 
 def test_sdpa_fully_masked_rows_give_zeros_since_torch_2_5():
-    "What 02 and the comment in `MultiHeadAttention.forward` say: zeros since torch 2.5 (NaN before); naive -inf: NaN."
+    "What 02 and the comment in `multihead._fused_attention` say: zeros since torch 2.5 (NaN before); naive -inf: NaN."
     version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
     q, k, v = (torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
     mask = torch.ones(4, 4, dtype=torch.bool)

@@ -186,7 +186,7 @@ def make_mlp(d_model: int, # model width D
 
 # %% ../nbs/04_blocks.ipynb #67e08085
 class _BlockLayers(nn.Module):
-    "The sublayers of a `TransformerBlock` (its arguments are documented there): ln_1, attn, ln_2, mlp."
+    "`TransformerBlock`'s constructor (each argument explained): ln_1, attn, ln_2, mlp; the subclass adds `forward`."
     def __init__(self, d_model: int, # model width D
                  n_heads: int, # attention heads H
                  *,

@@ -44,7 +44,7 @@ def merge_heads(x: Tensor, # (B, H, T, Dh)
 
 # %% ../nbs/03_multihead.ipynb #418912dd
 class _MultiHeadLayers(nn.Module):
-    "The weights of a `MultiHeadAttention` and its head reshapes (the arguments are documented there)."
+    "`MultiHeadAttention`'s constructor (each argument explained) and head reshapes; the subclass adds `forward`."
     def __init__(self,
                  d_model: int, # model width D
                  n_heads: int, # number of query heads H; must divide d_model unless d_head is given
@@ -97,7 +97,8 @@ class MultiHeadAttention(_MultiHeadLayers):
     queries and keys (QK-norm, as in Qwen3 and OLMo 2). Each of the `n_heads` heads attends with its own d_head-wide
     slice of the q projection; each of the `n_kv_heads` key/value heads serves n_heads / n_kv_heads of them; `out_proj`
     (W_O) mixes the concatenated heads. Defaults: 4·d_model² weights + 4·d_model biases (if `bias`), whatever n_heads
-    is. Raises `ValueError` if n_heads does not divide d_model (d_head not given) or n_kv_heads does not divide n_heads."""
+    is. The constructor's arguments are listed in `_MultiHeadLayers`, above. Raises `ValueError` if n_heads does not
+    divide d_model (d_head not given) or n_kv_heads does not divide n_heads."""
     def forward(self,
                 x: Tensor, # (B, T, D) float
                 mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
