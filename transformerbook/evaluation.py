@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from .lm_head import eval_mode
-from .sampling import generate
+from .sampling import encode_continuations, generate
 from .validation import check_choice, check_positive_int
 
 # %% auto #0
@@ -122,18 +122,8 @@ def candidate_batch(tokenizer, # anything with `encode(str) -> list[int]`
     rows, starts, owner = [], [], []
     for i, (prompt, cands) in enumerate(zip(prompts, candidates)):
         if isinstance(cands, str): raise TypeError(f"candidates[{i}] is the string {cands!r}; give a list of strings")
-        x = tokenizer.encode(prompt)
-        if not x: raise ValueError(f"prompt {prompt!r} encodes to no tokens: nothing to condition on")
-        for c in cands:
-            ids = tokenizer.encode(c)
-            if not ids: raise ValueError(f"candidate {c!r} encodes to no tokens")
-            if len(ids) >= context_length:
-                raise ValueError(f"candidate {c!r} has {len(ids)} tokens; at most context_length - 1 = "
-                                 f"{context_length - 1} fit")
-            row = (x + ids)[-context_length:]  # crop the prompt from the left
-            rows.append(row)
-            starts.append(len(row) - len(ids))
-            owner.append(i)
+        seqs, seq_starts = encode_continuations(tokenizer, prompt, cands, context_length, name="candidate")  # chapter 7
+        rows, starts, owner = rows + seqs, starts + seq_starts, owner + [i] * len(seqs)
     return *_pad_rows(rows, starts, pad_id), torch.tensor(owner)
 
 # %% ../nbs/11a_tasks.ipynb #95f28114

@@ -4,12 +4,12 @@ models as task solvers (J&M 10.7–10.8).
 **In the package** (`transformerbook.sampling`): `generate(model, token_ids, max_new_tokens, temperature, top_k,
 top_p)` decodes a batch with a KV cache (temperature 0 is greedy): `KVCache` holds one `LayerKVCache` per layer, the
 keys and values of every position so far in buffers allocated once, (B, n_kv_heads, S, d_head) views of which each
-step extends. Its pieces work on (..., V) logits:
-`apply_temperature`, `top_k_filter` and `top_p_filter`, chained by `warp_logits`, then `sample_from_logits` draws
-one token per row. `beam_search(model, token_ids, max_new_tokens, num_beams, length_penalty)` keeps the $K$ best
-prefixes of one prompt (as Hugging Face's `num_beams`). `kv_cache_bytes` gives a cache's memory,
-`score_continuations` and `perplexity` turn the model into a scorer (in nats), `repeated_ngram_fraction` detects a
-generation stuck in a loop, and `self_bleu` measures how much several generations repeat one another.
+step extends. Its pieces work on (..., V) logits: `apply_temperature`, `top_k_filter` and `top_p_filter`, chained by
+`warp_logits`, then `sample_from_logits` draws one token per row. `beam_search(model, token_ids, max_new_tokens,
+num_beams, length_penalty)` keeps the $K$ best prefixes of one prompt (as Hugging Face's `num_beams`).
+`kv_cache_bytes` gives a cache's memory, `score_continuations` (on `encode_continuations`'s ids) and `perplexity` turn
+the model into a scorer (in nats), `repeated_ngram_fraction` detects a generation stuck in a loop, and `self_bleu`
+measures how much several generations repeat one another.
 
 Docs: https://transformerbook.github.io/transformerbook/sampling.html.md"""
 
@@ -31,8 +31,8 @@ from .validation import (check_in_interval, check_int_in_range, check_nonnegativ
 
 # %% auto #0
 __all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'LayerKVCache', 'KVCache',
-           'kv_cache_bytes', 'generate', 'score_continuations', 'repeated_ngram_fraction', 'self_bleu', 'perplexity',
-           'beam_search']
+           'kv_cache_bytes', 'generate', 'encode_continuations', 'score_continuations', 'repeated_ngram_fraction',
+           'self_bleu', 'perplexity', 'beam_search']
 
 # %% ../nbs/07_sampling.ipynb #8c673759
 def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that must not be drawn
@@ -373,10 +373,15 @@ def _check_generate_args(cfg, max_new_tokens, temperature, top_k, top_p, eos_tok
             raise ValueError(f"{name}={tok!r} is outside [0, vocab_size={cfg.vocab_size})")
 
 # %% ../nbs/07_sampling.ipynb #bffbba9f
-def _encode_continuations(tokenizer, prompt: str, continuations: Sequence[str], # as `score_continuations`'
-                          context_length: int, # C, the longest sequence the model takes
-                         ) -> tuple[list[list[int]], list[int]]: # prompt + continuation ids, and where each c starts
-    "Encode x c for every candidate c, cropping x from the left to fit C; checks as `score_continuations` says."
+def encode_continuations(tokenizer, # anything with `encode(str) -> list[int]`
+                         prompt: str, # the context x; must encode to at least one token
+                         continuations: Sequence[str], # candidates c, each at least one token
+                         context_length: int, # C, the longest sequence the model takes
+                         name: str = "continuation", # what the error messages call a candidate
+                        ) -> tuple[list[list[int]], list[int]]: # prompt + continuation ids, and where each c starts
+    """The ids of x c for every candidate c, the prompt x cropped from the left to fit C, and the index where c
+    starts in each. Raises `TypeError` if `continuations` is a single string, `ValueError` for an empty prompt or
+    candidate, or a candidate with no room left for a prompt token. Also used by chapter 11a's `candidate_batch`."""
     if isinstance(continuations, str):
         raise TypeError(f"continuations must be a list of strings, got the single string {continuations!r}")
     x = tokenizer.encode(prompt)
@@ -384,9 +389,9 @@ def _encode_continuations(tokenizer, prompt: str, continuations: Sequence[str], 
     seqs, starts = [], []
     for c in continuations:
         ids = tokenizer.encode(c)
-        if not ids: raise ValueError(f"continuation {c!r} encodes to no tokens")
+        if not ids: raise ValueError(f"{name} {c!r} encodes to no tokens")
         if len(ids) >= context_length:
-            raise ValueError(f"continuation {c!r} has {len(ids)} tokens; at most context_length - 1 = "
+            raise ValueError(f"{name} {c!r} has {len(ids)} tokens; at most context_length - 1 = "
                              f"{context_length - 1} fit")
         seq = (x + ids)[-context_length:]  # crop the prompt from the left
         seqs.append(seq)
@@ -405,7 +410,7 @@ def score_continuations(model: nn.Module, # a `GPT`
     The prompt is cropped from the left if prompt + continuation exceeds the context. Raises `TypeError` if
     `continuations` is a single string, `ValueError` for an empty prompt or continuation, or a continuation that
     does not fit in the context."""
-    seqs, starts = _encode_continuations(tokenizer, prompt, continuations, model.config.context_length)
+    seqs, starts = encode_continuations(tokenizer, prompt, continuations, model.config.context_length)
     if not seqs: return torch.empty(0)
     device = next(model.parameters()).device
     L = max(len(s) for s in seqs)
