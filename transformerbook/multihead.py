@@ -32,7 +32,7 @@ __all__ = ['split_heads', 'merge_heads', 'MultiHeadAttention', 'repeat_kv']
 def split_heads(x: Tensor, # (B, T, n·Dh): the n heads' features side by side
                 d_head: int, # per-head width Dh
                ) -> Tensor: # (B, n, T, Dh)
-    "Split the features into heads: head i gets features i·Dh .. (i+1)·Dh - 1 of every position."
+    "Split into heads (J&M eq. 10.17's Q_i, K_i, V_i): head i gets features i·Dh .. (i+1)·Dh - 1 of every position."
     B, T, _ = x.shape
     return x.view(B, T, -1, d_head).transpose(1, 2)  # (B, T, n, Dh) -> (B, n, T, Dh)
 
@@ -166,7 +166,7 @@ def repeat_kv(k: Tensor, # (B, KV, S, Dh)
               v: Tensor, # (B, KV, S, Dh)
               n_rep: int, # query heads per key/value head, H / KV
              ) -> tuple[Tensor, Tensor]: # (B, H, S, Dh) each
-    "Repeat each key/value head for the n_rep consecutive query heads it serves: k_h = k^kv_(h // n_rep)."
+    "Repeat each key/value head for the n_rep query heads it serves, k_h = k^kv_(h // n_rep) (Ainslie et al. 2023)."
     return k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
 
 # %% ../nbs/03_multihead.ipynb #9045d83c

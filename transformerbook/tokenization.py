@@ -218,7 +218,7 @@ def learn_merges(ids: list[int], # the training text as ids (its UTF-8 bytes)
                  n_merges: int, # how many merges to learn (fewer if the text runs out of pairs)
                  verbose: bool = False, # print each merge
                 ) -> dict[tuple[int, int], int]: # (a, b) -> new id, in learning order
-    "Plain BPE training: count all pairs, merge the most frequent, repeat, recounting after every merge."
+    "Plain BPE training (Sennrich et al. 2016, on bytes as Radford et al. 2019): merge the most frequent pair, repeat."
     merges = {}
     for new_id in range(256, 256 + n_merges):
         counts = get_pair_counts(ids)
@@ -234,7 +234,7 @@ def learn_merges(ids: list[int], # the training text as ids (its UTF-8 bytes)
 def apply_merges(ids: list[int], # token ids, e.g. a chunk's bytes
                  merges: dict[tuple[int, int], int], # (a, b) -> new id, ids increasing in learning order
                 ) -> list[int]: # the ids after every applicable merge
-    "Encode by replaying `merges`: apply the earliest-learned merge that occurs in `ids`, until none does."
+    "BPE encoding (Sennrich et al. 2016): apply the earliest-learned merge that occurs in `ids`, until none does."
     while len(ids) >= 2:
         counts = get_pair_counts(ids)
         pair = min(counts, key=lambda p: merges.get(p, float("inf")))  # earliest merge = smallest new id
@@ -395,7 +395,7 @@ def learn_chunk_merges(chunk_counts: Counter, # distinct chunk (a str) -> how ma
                        n_merges: int, # how many merges to learn (fewer if every chunk becomes one token)
                        verbose: bool = False, # print every 100th merge
                       ) -> dict[tuple[int, int], int]: # (a, b) -> new id, in learning order
-    "BPE training within chunks: the merges `learn_merges` would learn if no merge could cross a chunk, only faster."
+    "GPT-2's BPE training within chunks (Radford et al. 2019): `learn_merges` with no merge across a chunk, faster."
     words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]
     weights = list(chunk_counts.values())
     counts, where = pair_index(words, weights)
