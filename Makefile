@@ -18,12 +18,13 @@ SITE_FLAGS := $(if $(filter 0,$(SOLUTIONS)),--no-solutions)
 
 .PHONY: book test lint env export outputs site serve bench experiments browser clean
 
-# The site's toolchain (Sphinx, themes, extensions) is pinned in site/constraints.txt.
-DOCS_CONSTRAINTS := site/constraints.txt
+# Every package of the environment, transitive ones included, at the versions the book was last tested with.
+LOCK := requirements-lock.txt
 
-$(STAMP): pyproject.toml $(DOCS_CONSTRAINTS)
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c $(DOCS_CONSTRAINTS) -e ".[dev,docs]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -r $(LOCK)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	$(PY) tools/fetch_mathjax.py
 	@touch $(STAMP)
 
