@@ -3,7 +3,11 @@
 
 Each setting runs `training.train` for `--steps` steps and times every step (between successive batch draws); the
 median step time after `--skip` steps (compilation, warm-up) gives tokens/s, robust to other jobs on a shared machine.
-MFU is relative to the best float32 matmul rate measured here (the same contention applies to both).
+MFU is relative to the best float32 matmul rate measured here (the same contention applies to both). A control row
+times the bare step of chapter 08b's live cell (forward, backward, AdamW on one fixed batch, no `train` around it) in
+the same process right after the first row, so the two ways of timing can be compared under nearly the same load; the
+1-minute load average when each row's timing ended, and at the start and end of the run, is saved beside the rows (on a
+machine shared with other jobs, it says how quiet each measurement was).
 
     python experiments/scale_throughput.py --steps 40 --skip 10
 """
@@ -45,6 +49,27 @@ def step_times(steps: int, **overrides) -> list:
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
+def bare_step_times(steps: int) -> list:
+    "Seconds of each bare step (forward, backward, AdamW on one fixed batch): what chapter 08b's live cell times."
+    import torch.nn.functional as F
+    from transformerbook.training import configure_optimizer
+    model_cfg, train_cfg = baby_gpt_configs()
+    _, train_ids, _ = load_dataset("tinyshakespeare", "char")
+    torch.manual_seed(0)
+    model = GPT(model_cfg)
+    optimizer = configure_optimizer(model, train_cfg)
+    token_ids, targets = get_batch(train_ids, train_cfg.batch_size, model_cfg.context_length,
+                                   torch.Generator().manual_seed(0))
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        F.cross_entropy(model(token_ids).flatten(0, 1), targets.flatten()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def _worker(rank, world, tmp, steps):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{tmp}/rdzv", rank=rank, world_size=world)
@@ -64,24 +89,29 @@ def main(argv=None):
     model_cfg, train_cfg = baby_gpt_configs()
     tokens_per_step = train_cfg.batch_size * model_cfg.context_length
     flops = model_flops_per_token(model_cfg)
+    load_before = os.getloadavg()[0]
     peak = matmul_peak_flops(1024, repeats=20)
     rows = []
-    def add(setting, times):
+    def add(setting, times, load):
         tps = tokens_per_step / statistics.median(times[args.skip:])
-        rows.append({"setting": setting, "tokens_per_s": round(tps, 1), "mfu": round(mfu(tps, flops, peak), 4)})
+        rows.append({"setting": setting, "tokens_per_s": round(tps, 1), "mfu": round(mfu(tps, flops, peak), 4),
+                     "load_average": round(load, 2)})
         print(rows[-1], file=sys.stderr, flush=True)
-    for setting, kw in (("float32, 1 process", {}), ("bfloat16 autocast, 1 process", {"dtype": "bfloat16"}),
+    add("float32, 1 process", step_times(args.steps), os.getloadavg()[0])
+    add("float32, 1 process, bare step", bare_step_times(args.steps), os.getloadavg()[0])  # the control, right after
+    for setting, kw in (("bfloat16 autocast, 1 process", {"dtype": "bfloat16"}),
                         ("float32 compiled, 1 process", {"compile": True})):
-        add(setting, step_times(args.steps, **kw))
+        add(setting, step_times(args.steps, **kw), os.getloadavg()[0])
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_worker, args=(2, tmp, args.steps), nprocs=2, join=True, start_method="spawn")
-        add("float32, 2 processes (gloo)", json.loads(Path(tmp, "times.json").read_text()))
+        add("float32, 2 processes (gloo)", json.loads(Path(tmp, "times.json").read_text()), os.getloadavg()[0])
     result = {"command": "python experiments/scale_throughput.py " + " ".join(sys.argv[1:]), "seeds": [1337],
               "created": datetime.date.today().isoformat(),
               "results": {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
                                      "1 thread per process, shared with other jobs",
                           "peak_flops": peak, "flops_per_token": flops, "tokens_per_step": tokens_per_step,
-                          "steps": args.steps, "skipped": args.skip, "rows": rows}}
+                          "steps": args.steps, "skipped": args.skip, "rows": rows,
+                          "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}}
     (RESULTS_DIR/f"{NAME}.json").write_text(json.dumps(result, indent=1) + "\n")
 
 

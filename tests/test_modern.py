@@ -337,3 +337,77 @@ def test_ablation_slice_reproduces_the_committed_numbers(tmp_path):
     again = exp.run_variant("gpt2", seed, steps, data)
     assert again["val_loss"] == pytest.approx(res["runs"]["gpt2"][0]["val_loss"], abs=1e-4)
     assert again["n_params"] == res["runs"]["gpt2"][0]["n_params"]
+
+
+# ---------------------------------------------------------------- claims of chapter 12's prose, checked numerically
+
+
+@pytest.mark.parametrize("factor", [2.0, 8.0, 32.0])
+def test_llama3_scaling_divides_frequencies_so_long_wavelengths_grow(factor):
+    scaling = {**LLAMA31, "factor": factor, "original_max_position_embeddings": 8192}
+    omega, scaled = rotary_frequencies(128, 500000.0), rotary_frequencies(128, 500000.0, scaling)
+    wavelength, stretch = 2 * math.pi / omega, omega / scaled  # stretch = new wavelength / old wavelength
+    long, short = wavelength > 8192 / scaling["low_freq_factor"], wavelength < 8192 / scaling["high_freq_factor"]
+    assert long.any() and short.any() and (~long & ~short).any()  # all three bands are present
+    torch.testing.assert_close(stretch[long], torch.full_like(stretch[long], factor))  # multiplied, not divided
+    torch.testing.assert_close(stretch[short], torch.ones_like(stretch[short]))
+    assert ((stretch >= 1) & (stretch <= factor)).all() and (stretch.diff() >= -1e-12).all()  # grows with wavelength
+
+
+def _normed_score(q, k, attn: MultiHeadAttention) -> torch.Tensor:
+    "|q·k|/√d_head after the per-head RMSNorms that `qk_norm=True` gives the attention layer."
+    return (attn.q_norm(q) * attn.k_norm(k)).sum(-1).abs() / q.shape[-1] ** 0.5
+
+
+def _qk_layer(d_head: int, g_q: torch.Tensor, g_k: torch.Tensor, eps: float) -> MultiHeadAttention:
+    attn = MultiHeadAttention(d_model=2 * d_head, n_heads=2, qk_norm=True, qk_norm_eps=eps).double()
+    with torch.no_grad(): attn.q_norm.weight.copy_(g_q), attn.k_norm.weight.copy_(g_k)
+    return attn
+
+
+@settings(max_examples=40, deadline=None)
+@given(d_head=st.sampled_from([2, 4, 16, 64, 128]), seed=st.integers(0, 2**31 - 1), scale=st.floats(1e-3, 1e3))
+def test_qk_norm_bounds_the_scaled_score_by_sqrt_d_head_times_the_largest_gains(d_head, seed, scale):
+    g = torch.Generator().manual_seed(seed)
+    g_q, g_k = (torch.randn(d_head, generator=g, dtype=torch.float64) * 3 for _ in range(2))
+    attn = _qk_layer(d_head, g_q, g_k, eps=1e-6)
+    q, k = (torch.randn(256, d_head, generator=g, dtype=torch.float64) * scale for _ in range(2))
+    bound = d_head ** 0.5 * g_q.abs().max() * g_k.abs().max()
+    assert (_normed_score(q, k, attn) <= bound * (1 + 1e-12)).all()
+    # the bound is reached: q = k on the feature where |g_q·g_k| is largest, and g_q, g_k peak there
+    i = (g_q * g_k).abs().argmax()
+    g_peak = torch.zeros(d_head, dtype=torch.float64)
+    g_peak[i] = 1.5
+    one_hot = torch.zeros(d_head, dtype=torch.float64)
+    one_hot[i] = scale
+    worst = _normed_score(one_hot, one_hot, _qk_layer(d_head, g_peak, g_peak, eps=0.0))
+    torch.testing.assert_close(worst, torch.tensor(d_head ** 0.5 * 1.5 * 1.5, dtype=torch.float64))
+
+
+def test_qk_norm_counterexample_to_the_gain_length_bound():
+    "d_head = 4, one non-zero gain: the score is 2, the |g_q||g_k|/√d_head 'bound' says 0.5 (chapter 12)."
+    gain = torch.tensor([1.0, 0, 0, 0], dtype=torch.float64)
+    score = _normed_score(gain, gain, _qk_layer(4, gain, gain, eps=0.0))
+    torch.testing.assert_close(score, torch.tensor(2.0, dtype=torch.float64))
+    assert score > gain.norm() ** 2 / 2  # 2 > 0.5
+
+
+def test_norm_placement_and_qk_norm_shapes_of_the_named_families():
+    "Chapter 12's prose: pre-norm (Qwen3), post-norm only (OLMo 2), both (Gemma 2/3); QK-norm per head or whole."
+    from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, Olmo2Config,
+                              Olmo2ForCausalLM)
+    tiny = dict(vocab_size=10, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
+                num_key_value_heads=4, eos_token_id=None, pad_token_id=None, bos_token_id=None)
+    seen = {}
+    for name, model in (("olmo2", Olmo2ForCausalLM(Olmo2Config(**tiny))),
+                        ("gemma2", Gemma2ForCausalLM(Gemma2Config(**tiny, head_dim=4))),
+                        ("gemma3", Gemma3ForCausalLM(Gemma3TextConfig(**tiny, head_dim=4))),
+                        ("qwen3", Qwen3ForCausalLM(Qwen3Config(**tiny, head_dim=4)))):
+        layer = model.model.layers[0]
+        norms = {n for n, _ in layer.named_children() if n.endswith("layernorm")}
+        q_norm = getattr(layer.self_attn, "q_norm", None)
+        seen[name] = (norms, None if q_norm is None else tuple(q_norm.weight.shape))
+    assert seen["olmo2"] == ({"post_attention_layernorm", "post_feedforward_layernorm"}, (16,))  # whole projection
+    both = {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"}
+    assert seen["gemma2"] == (both, None) and seen["gemma3"] == (both, (4,))
+    assert seen["qwen3"] == ({"input_layernorm", "post_attention_layernorm"}, (4,))  # Llama's names; both pre-norms

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from transformerbook.lm_head import GPT, GPTConfig
-from transformerbook.scale import ZERO_STAGES, gpt_n_params, mfu, model_flops_per_token, sharded_memory
+from transformerbook.scale import (ZERO_STAGES, checkpoint_blocks, gpt_n_params, mfu, model_flops_per_token,
+                                   saved_activation_bytes, sharded_memory)
 from transformerbook.tokenization import BPETokenizer, CharTokenizer, TiktokenGPT2
 
 MB = 1 << 20
@@ -193,14 +194,36 @@ def test_reference_curves_slice_reproduces():
     assert history.val_loss == pytest.approx(run["val_loss"][:2], rel=1e-4)
 
 
+@pytest.mark.parametrize("n_layers,fused", [(1, True), (3, True), (2, False)])
+def test_activation_checkpointing_keeps_one_block_input_per_block_and_the_same_gradients(n_layers, fused):
+    "Chapter 08b: saved-tensor bytes with and without checkpointing, counted by hooks (deterministic), on the CPU."
+    B, T, D = 3, 16, 32
+    token_ids = torch.randint(0, 50, (B, T), generator=torch.Generator().manual_seed(0))
+    def step(L: int, checkpointed: bool):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=50, context_length=T, d_model=D, n_heads=4, n_layers=L, fused=fused))
+        kept = saved_activation_bytes(checkpoint_blocks(model, checkpointed), token_ids, token_ids.roll(-1, 1))
+        return kept, [p.grad for p in model.parameters()], model
+    (plain, plain_grads, _), (ckpt, ckpt_grads, model) = step(n_layers, False), step(n_layers, True)
+    for a, b in zip(plain_grads, ckpt_grads): torch.testing.assert_close(b, a)
+    (plain_more, _, _), (ckpt_more, _, _) = step(n_layers + 1, False), step(n_layers + 1, True)
+    assert ckpt_more - ckpt == B * T * D * 4  # a checkpointed block keeps only its (B, T, D) float32 input
+    assert plain_more - plain > 8 * B * T * D * 4 and ckpt < plain  # an ordinary block keeps many such tensors
+    assert set(model.state_dict()) == set(step(n_layers, False)[2].state_dict())  # names unchanged
+    checkpoint_blocks(model, enabled=False)
+    assert all("forward" not in vars(block) for block in model.blocks)
+    with pytest.raises(TypeError, match="model"): checkpoint_blocks(torch.nn.Linear(2, 2))
+
+
 def test_throughput_table_is_complete():
     from transformerbook.data import load_result
     result = load_result("scale_throughput")
     settings = [row["setting"] for row in result["results"]["rows"]]
     assert any("bfloat16" in s for s in settings) and any("compiled" in s for s in settings)
     assert any("2 processes" in s for s in settings)
+    assert any("bare step" in s for s in settings)  # the control: the live cell's way of timing
     for row in result["results"]["rows"]:
-        assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1
+        assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1 and row["load_average"] >= 0
 
 
 def _experiment(name: str):

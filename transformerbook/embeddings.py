@@ -128,9 +128,10 @@ def rotary_frequencies(d_head: int, # per-head width Dh (even)
                                                     #  "high_freq_factor", "original_max_position_embeddings"}
                       ) -> Tensor: # (Dh/2,) float64 angular frequencies ω_i, radians per position
     """ω_i = θ^(-2i/Dh), i = 0..Dh/2-1, the frequencies of the sinusoids above, now for rotary positions (Su et al.
-    2021 eq. 15); with `scaling`, Llama 3's rule: wavelengths longer than the original context / low_freq_factor are
-    divided by `factor`, shorter than context / high_freq_factor kept, and in between interpolated smoothly (as in
-    Hugging Face's `_compute_llama3_parameters`). Raises `ValueError` for an odd d_head or an unknown scaling."""
+    2021 eq. 15); with `scaling`, Llama 3's rule: pairs with wavelengths longer than the original context /
+    low_freq_factor get their frequency divided by `factor` (their wavelength multiplied by it), those shorter than
+    context / high_freq_factor are kept, and in between interpolated smoothly (Hugging Face's
+    `_compute_llama3_parameters`). Raises `ValueError` for an odd d_head or an unknown scaling."""
     check_positive_even_int("d_head", d_head, "rotary positions rotate pairs of features")
     omega = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (Dh/2,)
     if scaling is None: return omega

@@ -7,7 +7,9 @@ of one token's forward and backward pass (6N plus attention), `matmul_peak_flops
 matrix multiply reaches, and `mfu(tokens_per_s, flops_per_token, peak_flops)` is model FLOPs utilisation.
 `sharded_memory(n_params, n_gpus, stage)` is the memory per GPU of mixed-precision Adam under plain data parallelism
 and the three ZeRO stages (`ZERO_STAGES`; stage 3 is PyTorch's FSDP); chapter 6's `GPT.n_params` on the meta device
-counts a model's parameters without allocating them (`gpt_n_params`, which did that here, is deprecated). The
+counts a model's parameters without allocating them (`gpt_n_params`, which did that here, is deprecated).
+`checkpoint_blocks(model)` turns on activation checkpointing in a GPT's blocks, and `saved_activation_bytes(model,
+token_ids, targets)` measures the bytes autograd keeps for one training step's backward pass. The
 trainer itself, with the switches this chapter explains (`grad_accum_steps`, `dtype`, `compile`, torchrun), is
 `transformerbook.training.train`.
 
@@ -20,14 +22,18 @@ from __future__ import annotations
 
 import time
 import warnings
+from functools import partial
 
 import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from .lm_head import GPT, GPTConfig
-from .validation import check_positive_int
+from .validation import check_instance, check_positive_int
 
 # %% auto #0
-__all__ = ['ZERO_STAGES', 'model_flops_per_token', 'matmul_peak_flops', 'mfu', 'sharded_memory']
+__all__ = ['ZERO_STAGES', 'model_flops_per_token', 'matmul_peak_flops', 'mfu', 'sharded_memory', 'checkpoint_blocks',
+           'saved_activation_bytes']
 
 # %% ../nbs/08b_scale.ipynb #091f2bfa
 def model_flops_per_token(model_cfg: GPTConfig, # the model; n_layers, d_model, d_ff, vocab_size are used
@@ -90,3 +96,34 @@ def gpt_n_params(model_cfg: GPTConfig) -> int:
     warnings.warn("transformerbook.scale.gpt_n_params is deprecated: call GPT(model_cfg).n_params() inside "
                   "`with torch.device('meta')`, or scaling.count_params(model_cfg)", DeprecationWarning, stacklevel=2)
     with torch.device("meta"): return GPT(model_cfg).n_params()
+
+# %% ../nbs/08b_scale.ipynb #c735f75c
+def checkpoint_blocks(model: GPT, # a chapter 6 GPT; changed in place
+                      enabled: bool = True, # False restores the ordinary blocks
+                     ) -> GPT: # the same model
+    """Activation checkpointing (Chen et al. 2016): each block keeps only its input in the forward pass and
+    recomputes its activations in the backward pass (`torch.utils.checkpoint`, non-reentrant). Same outputs and
+    gradients; weights, names and state dict unchanged. `TypeError` for a model that is not a GPT."""
+    check_instance("model", model, GPT)
+    for block in model.blocks:
+        if enabled: block.forward = partial(checkpoint, type(block).forward.__get__(block), use_reentrant=False)
+        else: vars(block).pop("forward", None)  # the class's forward again
+    return model
+
+def saved_activation_bytes(model: torch.nn.Module, # any model mapping token_ids to logits (B, T, V)
+                           token_ids: torch.Tensor, # (B, T) int64 inputs
+                           targets: torch.Tensor, # (B, T) int64 next tokens
+                          ) -> int: # bytes of the tensors kept for the backward pass, weights excluded
+    """Bytes autograd keeps for the backward pass of one training step (cross-entropy loss), counted with
+    `torch.autograd.graph.saved_tensors_hooks`: each storage once, the parameters left out. Runs the backward pass
+    (gradients accumulate in `.grad`). Deterministic, unlike a reading of the process's memory."""
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept = {}
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weights: kept[storage.data_ptr()] = storage.nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = F.cross_entropy(model(token_ids).flatten(0, 1), targets.flatten())  # (B·T, V) against (B·T,)
+    loss.backward()
+    return sum(kept.values())
