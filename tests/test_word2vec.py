@@ -3,14 +3,16 @@ noise distribution, cosine neighbours, and the checker of Exercise 5b.1 against 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from transformerbook.checks.word2vec import META_CASES, check_negative_sampling_loss
-from transformerbook.word2vec import (SkipGram, draw_negatives, most_similar, negative_sampling_loss,
-                                      noise_distribution, skipgram_pairs, skipgram_softmax_loss, words_of)
+from transformerbook.word2vec import (SkipGram, draw_negatives, drop_speaker_headings, most_similar,
+                                      negative_sampling_loss, noise_distribution, skipgram_pairs, skipgram_softmax_loss,
+                                      words_of)
 
 
 @pytest.mark.parametrize("T,c", [(2, 1), (10, 3), (31, 5)])
@@ -102,3 +104,17 @@ def test_noise_shares_checker():
         with pytest.raises(AssertionError, match=hint): check_noise_shares(fn)
     def stub(counts): raise NotImplementedError
     assert check_noise_shares(stub).passed is False
+
+
+def test_speaker_headings_are_dropped_and_only_they():
+    "Chapter 5b: the first line of every speech block ('NAME:') goes; colons and lines inside a speech stay."
+    from transformerbook.data import load_tinyshakespeare
+    script = "First Citizen:\nBefore we proceed:\nhear me.\n\nKING RICHARD III:\nA horse!\n\nAll:\n\nTITUS:\nSpeak.\n"
+    assert drop_speaker_headings(script) == "Before we proceed:\nhear me.\n\nA horse!\n\n\nSpeak.\n"
+    text = load_tinyshakespeare()
+    kept = drop_speaker_headings(text)
+    blocks = re.split(r"\n{2,}", text)  # speeches (two places have two blank lines)
+    assert all(b.split("\n")[0].endswith(":") for b in blocks)  # TinyShakespeare's layout: a heading opens every block
+    speeches = [b.partition("\n")[2] for b in blocks]  # a few headings have an empty speech
+    assert re.split(r"\n{2,}", kept) == [s for s in speeches if s]  # exactly the first lines removed
+    assert words_of(text).count("king") > words_of(kept).count("king") > 0
