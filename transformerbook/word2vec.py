@@ -1,6 +1,7 @@
 """Learning word vectors from co-occurrence: the skip-gram objective and its softmax (MIT 6.390 eqs. 11.3–11.5), negative sampling as the approximation that makes it cheap, and nearest neighbours on TinyShakespeare.
 
-**In the package** (`transformerbook.word2vec`): `words_of(text)` splits text into lower-case words;
+**In the package** (`transformerbook.word2vec`): `words_of(text)` splits text into lower-case words and `drop_speaker_headings(text)` removes TinyShakespeare's
+`NAME:` lines;
 `skipgram_pairs(token_ids, window)` lists the (center, context) pairs of eq. 11.3; `SkipGram(vocab_size, d)`
 holds the center table $W$ (eq. 11.5) and a context table; `skipgram_softmax_loss` is eq. 11.3 with the full
 softmax of eq. 11.4, `negative_sampling_loss` its approximation with `noise_distribution` (unigram^0.75) and
@@ -23,7 +24,7 @@ from .validation import check_positive_int
 
 # %% auto #0
 __all__ = ['words_of', 'skipgram_pairs', 'SkipGram', 'skipgram_softmax_loss', 'noise_distribution', 'draw_negatives',
-           'negative_sampling_loss', 'most_similar']
+           'negative_sampling_loss', 'drop_speaker_headings', 'most_similar']
 
 # %% ../nbs/05b_word2vec.ipynb #385e040d
 def words_of(text: str) -> list[str]:
@@ -79,6 +80,12 @@ def negative_sampling_loss(model: SkipGram, centers: Tensor, # (P,) int64
     positive = (model.context(contexts) * v).sum(-1)  # (P,) u_o · v_w
     negative = torch.einsum("pkd,pd->pk", model.context(negatives), v)  # (P, K) u_n · v_w
     return -(F.logsigmoid(positive) + F.logsigmoid(-negative).sum(-1)).mean()
+
+# %% ../nbs/05b_word2vec.ipynb #cce88ea1
+def drop_speaker_headings(text: str) -> str:
+    """A play script without its speaker headings: the first line of the text and of every block after a blank line,
+    ending in ':' (TinyShakespeare's layout; a heading with an empty speech is followed by the next block at once)."""
+    return re.sub(r"(?:\A|(?<=\n\n))[^\n]*:\n", "", text)  # the lookbehind sees the text before any removal
 
 # %% ../nbs/05b_word2vec.ipynb #89aaecec
 def most_similar(vectors: Tensor, # (V, d) word vectors, e.g. `SkipGram.center.weight`
