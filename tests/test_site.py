@@ -31,6 +31,19 @@ SCREENSHOTS = ROOT / "_build" / "screenshots"
 # Lines a reader must never see: cell directives, Quarto divs, unparsed MyST fences or attributes.
 RAW_MARKUP = re.compile(r"^[ \t]*(?:#\||:::|```|~~~|\{\.[\w-]+\}).*$", re.M)
 # The text of an element without its code blocks and typeset math (where raw TeX would show if MathJax failed).
+# axe-core (site/package.json, installed by tools/fetch_mathjax.py), the engine behind Lighthouse's accessibility
+# score, run on each page with the WCAG 2.0/2.1 level A and AA rules. It is injected from its file (no request).
+AXE = ROOT / "site" / "node_modules" / "axe-core" / "axe.min.js"
+AXE_JS = """async () => {
+  const result = await axe.run(document, {runOnly: {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]},
+                                          resultTypes: ["violations"]});
+  return result.violations.filter(v => v.impact === "serious" || v.impact === "critical")
+    .map(v => ({id: v.id, impact: v.impact, n: v.nodes.length, first: v.nodes[0].target.join(" ")}));
+}"""
+# Each plot or figure image in the article: its file, the pixels it holds and the CSS pixels it is shown at.
+IMAGES_JS = """() => [...document.querySelectorAll("article img")].filter(i => i.getBoundingClientRect().width > 0)
+  .map(i => ({src: i.currentSrc.split("/").pop().slice(0, 60), natural: i.naturalWidth,
+              shown: i.getBoundingClientRect().width}))"""
 PROSE_JS = """el => { const c = el.cloneNode(true);
   c.querySelectorAll("pre, div.highlight, mjx-container").forEach(n => n.remove());
   return c.textContent; }"""
@@ -146,6 +159,13 @@ FACTS_JS = """() => {
 }"""
 
 
+def accessibility(page) -> list[dict]:
+    "The serious and critical WCAG 2.1 A/AA violations axe-core finds on the page as it is now."
+    assert AXE.is_file(), f"{AXE} is missing: run `python tools/fetch_mathjax.py` (needs npm)"
+    page.add_script_tag(path=str(AXE))
+    return page.evaluate(AXE_JS)
+
+
 @pytest.fixture(scope="session")
 def visited(book, base_url, browser):
     """What a reader sees on each page of the toctree, read once per session at 1400 px and at 400 px, with the
@@ -167,12 +187,14 @@ def visited(book, base_url, browser):
                       "has_math": 'class="math' in (out / f"{name}.html").read_text(encoding="utf-8"),
                       **page.evaluate(FACTS_JS), "errors": list(errors)}
         page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}-1400.png")  # the top (full pages take ~10 s)
+        seen[name]["axe"], seen[name]["images"] = accessibility(page), page.evaluate(IMAGES_JS)
         seen[name]["code"] = page.evaluate(CODE_JS)  # unfolds the folded cells: after FACTS_JS
     page.set_viewport_size(PHONE)
     for name in pages:
         errors.clear()
         visit(page, f"{base_url}/{name}.html")
-        seen[name]["phone"] = {**page.evaluate(FACTS_JS), "errors": list(errors)}
+        seen[name]["phone"] = {**page.evaluate(FACTS_JS), "errors": list(errors), "axe": accessibility(page),
+                               "images": page.evaluate(IMAGES_JS)}
         page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}-400.png")
     page.close()
     return seen
@@ -419,6 +441,31 @@ def test_no_console_errors(visited):
     for name, seen in visited.items():
         errors = seen["errors"] + seen["phone"]["errors"]
         assert not errors, f"{name} logged console errors: {errors}"
+
+
+def test_no_serious_accessibility_violation(visited):
+    """axe-core finds no serious or critical WCAG 2.1 A/AA violation on any page, at 1400 px or at 400 px (today's
+    rules include: every control's accessible name contains its visible text; every scrolling region can be
+    reached with the keyboard; text contrast)."""
+    found = {f"{name} at {width} px": facts["axe"] for name, seen in visited.items()
+             for facts, width in [(seen, 1400), (seen["phone"], 400)] if facts["axe"]}
+    assert not found, f"accessibility violations: {found}"
+
+
+# A raster plot holds at least this many pixels per CSS pixel it is shown at, so it stays sharp on high-density
+# screens (phones and most laptops have 2 or more device pixels per CSS pixel); an SVG is sharp at any size.
+SHARPNESS = 2.0
+
+
+def test_every_plot_is_sharp(visited):
+    blurry = {}
+    for name, seen in visited.items():
+        for facts, width in [(seen, 1400), (seen["phone"], 400)]:
+            for img in facts["images"]:
+                if not img["src"].lower().endswith(".svg") and img["natural"] < SHARPNESS * img["shown"] - 1:
+                    blurry.setdefault(f"{name} at {width} px", []).append(
+                        f"{img['src']}: {img['natural']} px shown at {img['shown']:.0f}")
+    assert not blurry, f"plots below {SHARPNESS}x their displayed width: {blurry}"
 
 
 def test_no_request_leaves_the_site(visited, browser):

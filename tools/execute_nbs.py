@@ -62,8 +62,13 @@ def execute(src: Path, dst: Path, timeout: int) -> tuple[str, float, str | None]
                             # the kernel app's own start-up warnings (e.g. "running over TCP without encryption" for
                             # this local, short-lived kernel) are noise in the build log; cell warnings are kept
                             extra_arguments=["--IPKernelApp.log_level=ERROR",
-                                             # plots saved at twice their pixel size, shown at 1x: sharp on phones
-                                             "--InlineBackend.figure_formats=retina"])
+                                             # plots as SVG: vector lines and text, sharp at any width and
+                                             # screen density (tests/test_site.py); a stable id salt and no
+                                             # date in the file, so re-executing leaves unchanged plots unchanged
+                                             "--InlineBackend.figure_formats=svg",
+                                             "--InlineBackend.rc={'svg.hashsalt': 'transformerbook'}",
+                                             "--InlineBackend.print_figure_kwargs="
+                                             "{'bbox_inches': 'tight', 'metadata': {'Date': None}}"])
     error = None
     try:
         with FileLock(START_LOCK):  # held until the kernel answers, so the next kernel's ports are chosen after

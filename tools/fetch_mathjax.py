@@ -1,7 +1,8 @@
-"""Install MathJax 3 from npm into `site/node_modules`, so the website typesets math offline.
+"""Install the site's browser assets from npm into `site/node_modules`: MathJax 3, so the website typesets math
+offline, and axe-core, the accessibility engine that `tests/test_site.py` runs on every page.
 
-`site/package.json` pins the version and `site/package-lock.json` locks it; `npm ci` installs exactly that.
-Idempotent: when the pinned version is already installed this returns at once without calling npm.
+`site/package.json` pins the versions and `site/package-lock.json` locks them; `npm ci` installs exactly that.
+Idempotent: when every pinned version is already installed this returns at once without calling npm.
 Without npm it only warns (exit 0): the site then loads MathJax from its CDN, which works for online readers.
 
     python tools/fetch_mathjax.py
@@ -31,9 +32,22 @@ def installed_version() -> str | None:
     return json.loads(pkg.read_text()).get("version")
 
 
+def missing_packages() -> list[str]:
+    "The packages of `site/package.json` whose pinned version is not the one installed in `site/node_modules`."
+    wanted = json.loads((SITE / "package.json").read_text())["dependencies"]
+    missing = []
+    for name, version in wanted.items():
+        pkg = SITE / "node_modules" / name / "package.json"
+        if not pkg.is_file() or json.loads(pkg.read_text()).get("version") != version:
+            missing.append(name)
+    if "mathjax" not in missing and installed_version() is None:  # present but incomplete
+        missing.append("mathjax")
+    return missing
+
+
 def main() -> int:
     want = wanted_version()
-    if installed_version() == want:
+    if not missing_packages():
         return 0
     npm = shutil.which("npm")
     if npm is None:
@@ -43,7 +57,8 @@ def main() -> int:
         return 0
     cmd = [npm, "ci" if (SITE / "package-lock.json").is_file() else "install",
            "--prefix", str(SITE), "--no-audit", "--no-fund", "--loglevel=error"]
-    print(f"Installing MathJax {want} into {MATHJAX_DIR.relative_to(SITE.parent)}", flush=True)
+    print(f"Installing {', '.join(missing_packages())} into {(SITE / 'node_modules').relative_to(SITE.parent)}",
+          flush=True)
     done = subprocess.run(cmd, cwd=SITE)
     if done.returncode != 0 or installed_version() != want:
         print(f"warning: `{' '.join(cmd)}` failed; the website will load MathJax from its CDN.", file=sys.stderr)

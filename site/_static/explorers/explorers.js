@@ -150,7 +150,7 @@
            `After “${show(data.prompts[Number(prompt.value)].prompt.slice(-24))}”: `,
            el("strong", { class: "tbx-kept", text: String(kept) }),
            ` of ${data.tokens.length} characters can be sampled.`),
-        el("table", { class: "tbx-table" },
+        el("table", { tabindex: 0, class: "tbx-table" },
            el("caption", { text: `The ${nShow} most probable next characters` }),
            el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "character" }),
               el("th", { scope: "col", text: "model (τ = 1)" }), el("th", { scope: "col", text: "after warping" }),
@@ -191,7 +191,7 @@
       svg.append(el("rect", { x: 0, y: q * size, width: T * size, height: size, fill: "none", stroke: "#d62728",
         "stroke-width": 1 }));
       view.replaceChildren(text, el("div", { class: "tbx-row" },
-        el("table", { class: "tbx-table tbx-top" },
+        el("table", { tabindex: 0, class: "tbx-table tbx-top" },
            el("caption", { text: `Largest weights of query ${q} (rows sum to 1 over keys 0…${q})` }),
            el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "key" }),
               el("th", { scope: "col", text: "position" }), el("th", { scope: "col", text: "weight" }))),
@@ -260,7 +260,7 @@
           el("figure", { class: "tbx-fig" }, circle, el("figcaption", {},
             "blue: p_t, red: M_k p_t, green ring: p_(t+k)")),
           el("div", {},
-            el("table", { class: "tbx-table tbx-pos" },
+            el("table", { tabindex: 0, class: "tbx-table tbx-pos" },
               el("caption", { text: `Pair ${i}: ω = ${sci(omega)}, one turn every ${sci(2 * Math.PI / omega)} positions; it turns by ωk = ${fmt(omega * kv)} rad` }),
               el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "vector" }),
                 el("th", { scope: "col", text: `sin (column ${2 * i})` }), el("th", { scope: "col", text: `cos (column ${2 * i + 1})` }))),
@@ -291,7 +291,7 @@
            el("strong", { class: "tbx-count", text: String(toks.length) }),
            ` tokens for ${data.n_bytes} bytes (${fmt(data.n_bytes / toks.length, 2)} bytes per token).`),
         chips,
-        el("table", { class: "tbx-table" }, el("caption", { text: s ? "The latest merges (newest first)" : "No merge yet: one token per byte" }),
+        el("table", { tabindex: 0, class: "tbx-table" }, el("caption", { text: s ? "The latest merges (newest first)" : "No merge yet: one token per byte" }),
           el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "step" }), el("th", { scope: "col", text: "pair" }),
              el("th", { scope: "col", text: "new token" }), el("th", { scope: "col", text: "id" }))),
           el("tbody", {}, recent.map((m) => el("tr", {},
@@ -336,7 +336,7 @@
       view.replaceChildren(text, el("figure", { class: "tbx-fig" }, svg, el("figcaption", {
         text: "router probability of each expert (rows e0–e7) for each character (columns); dots: the chosen experts; " +
               "the colour under each character is its first choice" })), el("div", { class: "tbx-row" },
-        el("table", { class: "tbx-table tbx-route" },
+        el("table", { tabindex: 0, class: "tbx-table tbx-route" },
           el("caption", { text: `Token ${q} (“${show(data.tokens[q])}”) in layer ${layer.value}` }),
           el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "expert" }),
             el("th", { scope: "col", text: "router probability" }), el("th", { scope: "col", text: "mixing weight" }))),
@@ -344,7 +344,7 @@
             el("th", { scope: "row", text: `expert ${e}` }),
             el("td", { class: "tbx-num tbx-prob", text: fmt(L.probs[q][e]) }),
             el("td", { class: "tbx-num tbx-mix", text: chosen.has(e) ? fmt(chosen.get(e)) : "—" }))))),
-        el("table", { class: "tbx-table tbx-load" },
+        el("table", { tabindex: 0, class: "tbx-table tbx-load" },
           el("caption", { text: `Load: tokens of the passage sent to each expert (top-${data.top_k}, ${T} tokens)` }),
           el("tbody", {}, load.map((n, e) => el("tr", {}, el("th", { scope: "row", text: `expert ${e}` }),
             el("td", { class: "tbx-num", text: String(n) }),
@@ -397,14 +397,14 @@
       status(root, `C = ${sci(C)} FLOPs: N_opt = ${sci(n)} parameters, D_opt = ${sci(d)} tokens.`);
       const cell = (v, cls) => el("td", { class: `tbx-num ${cls}`, "data-value": String(v), text: sci(v) });
       view.replaceChildren(
-        el("table", { class: "tbx-table tbx-opt" }, el("caption", { text: `For C = ${sci(C)} FLOPs (${L.label})` }),
+        el("table", { tabindex: 0, class: "tbx-table tbx-opt" }, el("caption", { text: `For C = ${sci(C)} FLOPs (${L.label})` }),
           el("tbody", {},
             el("tr", {}, el("th", { scope: "row", text: "parameters N_opt" }), cell(n, "tbx-n"), el("td", { text: human(n) })),
             el("tr", {}, el("th", { scope: "row", text: "tokens D_opt" }), cell(d, "tbx-d"), el("td", { text: human(d) })),
             el("tr", {}, el("th", { scope: "row", text: "tokens per parameter" }), cell(d / n, "tbx-ratio"), el("td")),
             el("tr", {}, el("th", { scope: "row", text: "predicted loss (nats/token)" }),
               el("td", { class: "tbx-num tbx-loss", text: fmt(chinchillaLoss(L, n, d)) }), el("td")))),
-        el("table", { class: "tbx-table" }, el("caption", { text: "Some trained models: their budget 6ND and its compute-optimal split" }),
+        el("table", { tabindex: 0, class: "tbx-table" }, el("caption", { text: "Some trained models: their budget 6ND and its compute-optimal split" }),
           el("thead", {}, el("tr", {}, ["model", "N", "D", "C = 6ND", "N_opt for that C", "D_opt"].map((h) => el("th", { scope: "col", text: h })))),
           el("tbody", {}, data.models.map((m) => {
             const c = 6 * m.N * m.D, [no, dO] = computeOptimal(L, c);
