@@ -7,10 +7,12 @@ The speaker task of `finetune.speaker_chunks` on the validation split of TinySha
 (`training.shakespeare_model("char")`) or on a freshly initialised one of the same shape, training the head only or
 the whole model. For each arm and each rate of its grid (head only: 1e-3, 3e-3, 1e-2; whole model: 1e-4, 3e-4,
 1e-3), seed 0 trains with AdamW (batch 32) and `finetune.EarlyStopping` (validation loss every 25 steps,
-patience 4, at most `--max-steps` 600 steps), and the rate with the lowest best validation loss is the arm's
-choice. Then every seed of `--seeds` trains at the chosen rate the same way. Each run records its best step, its
-best validation loss and accuracy, and the test accuracy of its best parameters with a 95% Wilson interval.
-Writes transformerbook/results/finetune_selection.json. About 15 minutes of CPU time.
+patience 4, at most `--max-steps` 300 steps, the fixed length of `experiments/finetune.py`), and the rate with the
+lowest best validation loss is the arm's choice. Then every seed of `--seeds` trains at the chosen rate the same
+way. Each run records its best step, its best validation loss and accuracy, and the test accuracy of its best
+parameters with a 95% Wilson interval.
+Writes transformerbook/results/finetune_selection.json. About 10 minutes of CPU time (the arms are independent:
+`--arms` runs some of them, and `--merge` joins the JSON files of such partial runs into one).
 
     python experiments/finetune_selection.py                    # the committed results
     python experiments/finetune_selection.py --arms "pre-trained/head only" --seeds 0 --out /tmp/slice.json
@@ -59,7 +61,7 @@ def one_run(pretrained: GPT, task: dict, body: str, what: str, lr: float, seed: 
             "val_curve": [[s, round(v, 5)] for s, v in zip(stopper.steps, stopper.val_losses)], **test}
 
 
-def run(seeds=(0, 1, 2), arms=ARMS, max_steps: int = 600, val_fraction: float = 0.3) -> dict:
+def run(seeds=(0, 1), arms=ARMS, max_steps: int = 300, val_fraction: float = 0.3) -> dict:
     "Choose each arm's rate on the validation split (seed 0), then train every seed at it."
     pretrained, tok = shakespeare_model("char", progress=False)
     _, val_text = train_val_split(load_tinyshakespeare())
@@ -85,18 +87,35 @@ def run(seeds=(0, 1, 2), arms=ARMS, max_steps: int = 600, val_fraction: float = 
     return out
 
 
+def merge(docs: list) -> tuple:
+    "The results and command of partial runs (`--arms`), joined in the order of ARMS."
+    results = {**docs[0]["results"], "selection": [], "runs": [], "chosen_lr": {}}
+    for doc in docs:
+        for key in ("selection", "runs"): results[key] += doc["results"][key]
+        results["chosen_lr"] |= doc["results"]["chosen_lr"]
+    order = lambda r: (ARMS.index(f"{r['body']}/{r['train']}"), r["lr"], r["seed"])
+    for key in ("selection", "runs"): results[key].sort(key=order)
+    return results, " && ".join(doc["command"] for doc in docs)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the first one chooses the rates")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="the first one chooses the rates")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
-    parser.add_argument("--max-steps", type=int, default=600)
+    parser.add_argument("--max-steps", type=int, default=300)
     parser.add_argument("--val-fraction", type=float, default=0.3)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR/f"{NAME}.json")
+    parser.add_argument("--merge", type=Path, nargs="+", help="join these JSON files of partial runs into --out")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    results = run(tuple(args.seeds), tuple(args.arms), args.max_steps, args.val_fraction)
-    command = "python experiments/finetune_selection.py" + "".join(
-        f" {a!r}" if " " in a else f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    if args.merge:
+        docs = [json.loads(p.read_text()) for p in args.merge]
+        results, command = merge(docs)
+        args.seeds = docs[0]["seeds"]
+    else:
+        results = run(tuple(args.seeds), tuple(args.arms), args.max_steps, args.val_fraction)
+        command = "python experiments/finetune_selection.py" + "".join(
+            f" {a!r}" if " " in a else f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     doc = {"command": command, "seeds": args.seeds, "created": datetime.date.today().isoformat(), "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=args.out.parent, suffix=".tmp")
