@@ -16,9 +16,9 @@ from transformerbook.checks import evaluation as checks
 from transformerbook.data import load_result, load_tinyshakespeare, train_val_split
 from transformerbook.cli import MODEL_CARD_NAME, model_card, write_model_card
 from transformerbook.evaluation import (GPT3_DATA_MIX, MinHasher, accuracy_with_ci, candidate_batch,
-                                        candidate_log_likelihoods, classify_by_likelihood, cloze_task, contaminated, epochs_elapsed,
-                                        estimate_jaccard, exact_duplicates, extraction_matches, jaccard,
-                                        near_duplicate_pairs, next_line_task, normalize_words,
+                                        candidate_log_likelihoods, classify_by_likelihood, cloze_task, contaminated,
+                                        epochs_elapsed, estimate_jaccard, exact_duplicates, extraction_matches,
+                                        jaccard, near_duplicate_pairs, next_line_task, normalize_words,
                                         score_candidates, sequence_log_likelihood, shingles, speaker_task, speeches,
                                         verbatim_fraction, wilson_interval, word_ngrams)
 from transformerbook.lm_head import GPT, GPTConfig
@@ -127,7 +127,8 @@ def test_the_book_model_beats_chance_on_the_cloze_only(text):
     assert acc["cloze"]["low"] > 0.25
     assert acc["next"]["low"] < 0.25 < acc["next"]["high"] and acc["speaker"]["low"] < 0.25 < acc["speaker"]["high"]
     items = next_line_task(val, n_examples=400, candidate_chars=16, previous_line_within=47)  # chapter 11a's control
-    prompts, cands, answers = [i["prompt"] for i in items], [i["candidates"] for i in items], [i["answer"] for i in items]
+    prompts, cands = [i["prompt"] for i in items], [i["candidates"] for i in items]
+    answers = [i["answer"] for i in items]
     cond = candidate_log_likelihoods(model, tok, prompts, cands)
     alone = candidate_log_likelihoods(model, tok, ["\n"] * len(items), cands)
     pmi = accuracy_with_ci([int((c - a).argmax()) for c, a in zip(cond, alone)], answers)

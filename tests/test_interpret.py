@@ -400,8 +400,8 @@ def test_head_outputs_are_weights_times_values_and_ablation_checks_its_arguments
         with ablated_head(model, 0, 0, torch.zeros(5)): pass
 
 
-def test_ablating_the_copying_head_breaks_the_copy():
-    "On the cached induction model, zero- or mean-ablating the chapter's copying head costs the second copy most."
+def test_ablation_finds_the_heads_the_chapter_names():
+    "On the cached induction model: the previous-token head and layer 1's heads 0 and 2 do the copying, 1 and 3 not."
     res = load_result("induction")["results"]
     final = induction_run_dir(res["every"])/f"step-{res['snapshots'][-1]['step']:06d}.pt"
     if not final.is_file():
@@ -409,14 +409,18 @@ def test_ablating_the_copying_head_breaks_the_copy():
     from transformerbook.training import load_dataset
     model = load_model(final)[0]
     tok, _, val_ids = load_dataset("tinyshakespeare", "char")
-    rand = repeated_random_tokens(tok.vocab_size, 64, 16, generator=torch.Generator().manual_seed(0))
-    _, base = copy_losses(model, rand)
-    gains = {}
+    gen = torch.Generator().manual_seed(0)  # the chapter's batches
+    probes = {"text": repeated_text(val_ids, 64, 16, gen),
+              "random": repeated_random_tokens(tok.vocab_size, 64, 16, generator=gen)}
+    base = {k: copy_losses(model, p) for k, p in probes.items()}
+    cost = {}
     for l in range(2):
         for h in range(4):
             with ablated_head(model, l, h):
-                gains[l, h] = copy_losses(model, rand)[1] - base
-    assert max(gains, key=gains.get) in {(0, 3), (1, 0)}, gains
+                cost[l, h] = {k: copy_losses(model, p)[1] - base[k][1] for k, p in probes.items()}
+    assert max(cost, key=lambda lh: cost[lh]["random"]) == (0, 3), cost  # the previous-token head
+    assert all(cost[1, h][k] > 0.2 for h in (0, 2) for k in probes), cost
+    assert all(abs(cost[1, h][k]) < 0.05 for h in (1, 3) for k in probes), cost
 
 
 # --- the checkers ---------------------------------------------------------------------------------------------------
