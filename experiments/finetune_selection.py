@@ -61,8 +61,8 @@ def one_run(pretrained: GPT, task: dict, body: str, what: str, lr: float, seed: 
             "val_curve": [[s, round(v, 5)] for s, v in zip(stopper.steps, stopper.val_losses)], **test}
 
 
-def run(seeds=(0, 1), arms=ARMS, max_steps: int = 300, val_fraction: float = 0.3) -> dict:
-    "Choose each arm's rate on the validation split (seed 0), then train every seed at it."
+def run(seeds=(0, 1), arms=ARMS, max_steps: int = 300, val_fraction: float = 0.3, lrs=None) -> dict:
+    "Choose each arm's rate on the validation split (seed 0), then train every seed at it; `lrs` limits the grid."
     pretrained, tok = shakespeare_model("char", progress=False)
     _, val_text = train_val_split(load_tinyshakespeare())
     task = speaker_chunks(val_text, tok, val_fraction=val_fraction)
@@ -74,7 +74,8 @@ def run(seeds=(0, 1), arms=ARMS, max_steps: int = 300, val_fraction: float = 0.3
            "selection": [], "runs": [], "chosen_lr": {}}
     for arm in arms:
         body, what = arm.split("/")
-        grid = [one_run(pretrained, task, body, what, lr, seeds[0], max_steps) for lr in LR_GRID[what]]
+        grid = [one_run(pretrained, task, body, what, lr, seeds[0], max_steps) for lr in LR_GRID[what]
+                if lrs is None or lr in lrs]
         for r in grid: print(json.dumps({k: v for k, v in r.items() if k != "val_curve"}), file=sys.stderr, flush=True)
         best = min(grid, key=lambda r: r["best_val_loss"])
         out["selection"] += grid
@@ -90,10 +91,15 @@ def run(seeds=(0, 1), arms=ARMS, max_steps: int = 300, val_fraction: float = 0.3
 def merge(docs: list) -> tuple:
     "The results and command of partial runs (`--arms`), joined in the order of ARMS."
     results = {**docs[0]["results"], "selection": [], "runs": [], "chosen_lr": {}}
+    for doc in docs: results["selection"] += doc["results"]["selection"]
+    arm = lambda r: f"{r['body']}/{r['train']}"
+    for name in ARMS:  # the rate with the lowest best validation loss over every partial run's grid
+        grid = [r for r in results["selection"] if arm(r) == name]
+        if grid: results["chosen_lr"][name] = min(grid, key=lambda r: r["best_val_loss"])["lr"]
     for doc in docs:
-        for key in ("selection", "runs"): results[key] += doc["results"][key]
-        results["chosen_lr"] |= doc["results"]["chosen_lr"]
-    order = lambda r: (ARMS.index(f"{r['body']}/{r['train']}"), r["lr"], r["seed"])
+        results["runs"] += [r for r in doc["results"]["runs"] + doc["results"]["selection"]
+                            if results["chosen_lr"][arm(r)] == r["lr"] and r not in results["runs"]]
+    order = lambda r: (ARMS.index(arm(r)), r["lr"], r["seed"])
     for key in ("selection", "runs"): results[key].sort(key=order)
     return results, " && ".join(doc["command"] for doc in docs)
 
@@ -105,6 +111,7 @@ def main(argv=None) -> None:
     parser.add_argument("--max-steps", type=int, default=300)
     parser.add_argument("--val-fraction", type=float, default=0.3)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR/f"{NAME}.json")
+    parser.add_argument("--lrs", type=float, nargs="+", help="only these rates of the grid")
     parser.add_argument("--merge", type=Path, nargs="+", help="join these JSON files of partial runs into --out")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -113,7 +120,7 @@ def main(argv=None) -> None:
         results, command = merge(docs)
         args.seeds = docs[0]["seeds"]
     else:
-        results = run(tuple(args.seeds), tuple(args.arms), args.max_steps, args.val_fraction)
+        results = run(tuple(args.seeds), tuple(args.arms), args.max_steps, args.val_fraction, args.lrs)
         command = "python experiments/finetune_selection.py" + "".join(
             f" {a!r}" if " " in a else f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     doc = {"command": command, "seeds": args.seeds, "created": datetime.date.today().isoformat(), "results": results}

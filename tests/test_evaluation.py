@@ -229,6 +229,19 @@ def _load_experiment():
     return mod
 
 
+def test_memorisation_counts_and_intervals_the_chapter_states():
+    "Chapter 11a turns the committed fractions into counts (8 samples of 500 characters) and Wilson intervals."
+    res = load_result("memorisation")["results"]
+    full, tiny = res["full"]["snapshots"][-1], res["tiny"]["snapshots"][-1]
+    count = lambda frac, n: round(frac * n)
+    assert count(full["verbatim"]["0.5"]["train_50"], 80) == 0 and count(full["extraction_train"], 100) == 0
+    assert wilson_interval(0, 80)[1] == pytest.approx(0.046, abs=5e-4)  # "below 4.6%"
+    assert count(tiny["verbatim"]["0.5"]["train_50"], 80) == 6 and count(tiny["extraction_train"], 16) == 14
+    assert [count(tiny["verbatim"][t]["train_20"], 200) for t in ("0.5", "0.8", "1.0")] == [22, 9, 3]
+    assert wilson_interval(22, 200)[0] > wilson_interval(3, 200)[1]  # T = 0.5 and 1.0: apart
+    assert wilson_interval(22, 200)[0] < wilson_interval(9, 200)[1]  # T = 0.5 and 0.8: not apart
+
+
 @pytest.mark.slow
 def test_memorisation_experiment_slice_reproduces():
     committed = load_result("memorisation")
