@@ -97,8 +97,8 @@ def merge(docs: list) -> tuple:
         grid = [r for r in results["selection"] if arm(r) == name]
         if grid: results["chosen_lr"][name] = min(grid, key=lambda r: r["best_val_loss"])["lr"]
     for doc in docs:
-        results["runs"] += [r for r in doc["results"]["runs"] + doc["results"]["selection"]
-                            if results["chosen_lr"][arm(r)] == r["lr"] and r not in results["runs"]]
+        for r in doc["results"]["runs"] + doc["results"]["selection"]:
+            if results["chosen_lr"][arm(r)] == r["lr"] and r not in results["runs"]: results["runs"].append(r)
     order = lambda r: (ARMS.index(arm(r)), r["lr"], r["seed"])
     for key in ("selection", "runs"): results[key].sort(key=order)
     return results, " && ".join(doc["command"] for doc in docs)
