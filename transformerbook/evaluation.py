@@ -4,7 +4,8 @@ contamination on TinyShakespeare, memorisation and extraction measured on the bo
 
 **In the package** (`transformerbook.evaluation`): `sequence_log_likelihood(model, token_ids, loss_mask,
 reduction)` scores (B, T) token ids by the chain rule, `(B,)` in nats; `candidate_batch` lays out prompt +
-candidate pairs for it, `score_candidates` scores one prompt's candidates, and `classify_by_likelihood` picks the
+candidate pairs for it, `score_candidates` scores one prompt's candidates, `candidate_log_likelihoods` those of many
+prompts, and `classify_by_likelihood` picks the
 most likely candidate for many prompts at once, `(N,)` int64. `wilson_interval` (with `Z_95`) and
 `accuracy_with_ci` give a 95% confidence interval. `speeches`, `next_line_task`, `speaker_task` and `cloze_task`
 build held-out tasks from TinyShakespeare, and `gpt2_task_demos` runs J&M's `GPT2_PROMPTS` (sentiment, QA, tl;dr)

@@ -10,7 +10,8 @@ padding_mask)` applies BERT's 15% / 80-10-10 corruption to (B, T) ids and return
 with both sides of the context or the left side only; `fill_masks` writes the bidirectional model's guesses into
 the masked positions. `speaker_chunks` builds a speaker-naming task from held-out speeches,
 `SequenceClassifier(body, n_classes)` puts a small head on a GPT (logits (B, n_classes)), `freeze_body` leaves only
-the head trainable, `finetune_classifier` trains it and `classify` returns (N,) predicted labels.
+the head trainable, `finetune_classifier` trains it (with `EarlyStopping` as its callback: validation loss, the best parameters kept,
+a patience) and `classify` returns (N,) predicted labels.
 
 Docs: https://transformerbook.github.io/transformerbook/finetune.html.md"""
 

@@ -8,6 +8,8 @@ newlines) and `induction_score(weights, period)` (Olsson et al. 2022), computed 
 them as (n_layers, n_heads) tensors keyed by `HEAD_SCORES`. `loss_by_position(model, token_ids)` is the
 in-context-learning curve, `copy_losses(model, token_ids)` the loss on the first and second copy of a repeated
 sequence, and `logit_lens_losses(model, token_ids)` the loss read from the residual stream after every layer.
+`head_outputs(model, token_ids)` reads every head's output before $W^O$, (n_layers, B, T, H, Dh), and
+`ablated_head(model, layer, head, value)` zero- or mean-ablates one head inside a `with` block.
 Induction heads are made to form by `repeat_segment_batch` (windows in which a text segment of random length and
 place is followed by its copy),
 with the model and optimiser settings of `induction_configs()`. `train_in_stages` saves snapshots along a run;
