@@ -16,9 +16,9 @@ from transformerbook.checks import evaluation as checks
 from transformerbook.data import load_result, load_tinyshakespeare, train_val_split
 from transformerbook.cli import MODEL_CARD_NAME, model_card, write_model_card
 from transformerbook.evaluation import (GPT3_DATA_MIX, MinHasher, accuracy_with_ci, candidate_batch,
-                                        classify_by_likelihood, cloze_task, contaminated, epochs_elapsed,
-                                        estimate_jaccard, exact_duplicates, extraction_matches, jaccard,
-                                        near_duplicate_pairs, next_line_task, normalize_words,
+                                        candidate_log_likelihoods, classify_by_likelihood, cloze_task, contaminated,
+                                        epochs_elapsed, estimate_jaccard, exact_duplicates, extraction_matches,
+                                        jaccard, near_duplicate_pairs, next_line_task, normalize_words,
                                         score_candidates, sequence_log_likelihood, shingles, speaker_task, speeches,
                                         verbatim_fraction, wilson_interval, word_ngrams)
 from transformerbook.lm_head import GPT, GPTConfig
@@ -126,6 +126,30 @@ def test_the_book_model_beats_chance_on_the_cloze_only(text):
         acc[name] = accuracy_with_ci(pred, [i["answer"] for i in items])
     assert acc["cloze"]["low"] > 0.25
     assert acc["next"]["low"] < 0.25 < acc["next"]["high"] and acc["speaker"]["low"] < 0.25 < acc["speaker"]["high"]
+    items = next_line_task(val, n_examples=400, candidate_chars=16, previous_line_within=47)  # chapter 11a's control
+    prompts, cands = [i["prompt"] for i in items], [i["candidates"] for i in items]
+    answers = [i["answer"] for i in items]
+    cond = candidate_log_likelihoods(model, tok, prompts, cands)
+    alone = candidate_log_likelihoods(model, tok, ["\n"] * len(items), cands)
+    pmi = accuracy_with_ci([int((c - a).argmax()) for c, a in zip(cond, alone)], answers)
+    summed = accuracy_with_ci([int(c.argmax()) for c in cond], answers)
+    assert pmi["low"] > 0.25 and summed["low"] < 0.25 < summed["high"]  # what the chapter says of the control
+
+
+def test_length_matched_next_line_items(text):
+    _, val = train_val_split(text)
+    items = next_line_task(val, n_examples=100, seed=2, candidate_chars=16, previous_line_within=47)
+    for it in items:
+        assert {len(c) for c in it["candidates"]} == {16} and len(set(it["candidates"])) == 4
+        assert len(it["prompt"].split("\n")[-2]) + 1 <= 47  # the previous line fits
+        assert it["prompt"] + it["candidates"][it["answer"]] in val
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=65, context_length=32, d_model=16, n_heads=2, n_layers=1)).eval()
+    tok = CharTokenizer.train(text)
+    got = candidate_log_likelihoods(model, tok, [i["prompt"] for i in items[:5]], [i["candidates"] for i in items[:5]],
+                                    batch_size=7)
+    for g, it in zip(got, items[:5]):
+        torch.testing.assert_close(g, score_candidates(model, tok, it["prompt"], it["candidates"]))
 
 
 # ---- data ----
@@ -203,6 +227,19 @@ def _load_experiment():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def test_memorisation_counts_and_intervals_the_chapter_states():
+    "Chapter 11a turns the committed fractions into counts (8 samples of 500 characters) and Wilson intervals."
+    res = load_result("memorisation")["results"]
+    full, tiny = res["full"]["snapshots"][-1], res["tiny"]["snapshots"][-1]
+    count = lambda frac, n: round(frac * n)
+    assert count(full["verbatim"]["0.5"]["train_50"], 80) == 0 and count(full["extraction_train"], 100) == 0
+    assert wilson_interval(0, 80)[1] == pytest.approx(0.046, abs=5e-4)  # "below 4.6%"
+    assert count(tiny["verbatim"]["0.5"]["train_50"], 80) == 6 and count(tiny["extraction_train"], 16) == 14
+    assert [count(tiny["verbatim"][t]["train_20"], 200) for t in ("0.5", "0.8", "1.0")] == [22, 9, 3]
+    assert wilson_interval(22, 200)[0] > wilson_interval(3, 200)[1]  # T = 0.5 and 1.0: apart
+    assert wilson_interval(22, 200)[0] < wilson_interval(9, 200)[1]  # T = 0.5 and 0.8: not apart
 
 
 @pytest.mark.slow

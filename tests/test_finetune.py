@@ -280,3 +280,76 @@ def test_finetune_experiment_slice_reproduces():
         saved = next(r for r in committed["runs"]
                      if (r["body"], r["train"], r["lr"], r["seed"]) == (run["body"], run["train"], run["lr"], 0))
         assert run["accuracy"] == pytest.approx(saved["accuracy"], abs=1 / saved["n"])  # at most one piece differs
+
+
+# ---- early stopping and the selection experiment ----
+
+def test_speaker_chunks_validation_split_leaves_the_test_split_alone():
+    _, val_text = train_val_split(load_tinyshakespeare())
+    tok = CharTokenizer.train(load_tinyshakespeare())
+    plain, split = speaker_chunks(val_text, tok), speaker_chunks(val_text, tok, val_fraction=0.3)
+    assert torch.equal(plain["test"][0], split["test"][0]) and len(plain["val"][2]) == 0
+    decode = lambda ids, mask: {tok.decode(r[m].tolist()) for r, m in zip(ids, mask)}
+    train, val = decode(*split["train"][:2]), decode(*split["val"][:2])
+    assert not train & val and train | val == decode(*plain["train"][:2])  # the training half, divided
+    assert set(split["val"][2].tolist()) == {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="val_fraction=1"): speaker_chunks(val_text, tok, val_fraction=1)
+
+
+def test_early_stopping_keeps_the_best_evaluation():
+    from transformerbook.finetune import EarlyStopping
+    torch.manual_seed(0)
+    clf = SequenceClassifier(GPT(GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=2, n_layers=1)), 2)
+    x, pad = torch.randint(0, 10, (8, 8)), torch.ones(8, 8, dtype=torch.bool)
+    val = (torch.randint(0, 10, (8, 8)), pad, torch.randint(0, 2, (8,)))
+    stopper = EarlyStopping(val, eval_every=5, patience=3)
+    losses = finetune_classifier(clf, x, pad, torch.tensor([0, 1] * 4), steps=500, lr=1e-2,
+                                 generator=torch.Generator().manual_seed(0), callback=stopper)
+    assert len(losses) == stopper.steps[-1] < 500
+    assert stopper.best_val_loss == min(stopper.val_losses)
+    assert len(stopper.steps) - 1 - stopper.steps.index(stopper.best_step) == 3
+    stopper.restore(clf)
+    with torch.no_grad():
+        got = torch.nn.functional.cross_entropy(clf(val[0], val[1]), val[2]).item()
+    assert got == pytest.approx(stopper.best_val_loss, abs=1e-6)
+    never = EarlyStopping(val, eval_every=1000)
+    finetune_classifier(clf, x, pad, torch.tensor([0, 1] * 4), steps=3, callback=never)
+    assert never.steps == [] and never.best_step is None  # no evaluation: nothing stops it, nothing to restore
+    with pytest.raises(ValueError, match="no evaluation yet"): never.restore(clf)
+
+
+def _load_selection():
+    spec = importlib.util.spec_from_file_location("finetune_selection", ROOT/"experiments"/"finetune_selection.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_finetune_selection_result_is_complete():
+    committed = load_result("finetune_selection")
+    assert {"command", "seeds", "created", "results"} <= set(committed)
+    res = committed["results"]
+    mod = _load_selection()
+    assert set(res["chosen_lr"]) == set(mod.ARMS)
+    for name, lr in res["chosen_lr"].items():
+        grid = [r for r in res["selection"] if f"{r['body']}/{r['train']}" == name]
+        assert lr == min(grid, key=lambda r: r["best_val_loss"])["lr"]  # chosen on validation, never on test
+        assert [r for r in res["runs"] if f"{r['body']}/{r['train']}" == name and r["seed"] == committed["seeds"][0]]
+    for run in res["selection"] + res["runs"]:
+        assert run["low"] <= run["accuracy"] <= run["high"] and run["n"] == res["n_test"]
+        assert run["best_step"] <= run["steps_run"] <= res["max_steps"]
+
+
+@pytest.mark.slow
+def test_finetune_selection_slice_reproduces():
+    "The head-only arm on the pre-trained body, seed 0, its whole rate grid (the cheap part): the committed numbers."
+    res = load_result("finetune_selection")["results"]
+    torch.set_num_threads(1)
+    again = _load_selection().run(seeds=(0,), arms=("pre-trained/head only",), max_steps=res["max_steps"],
+                                  val_fraction=res["val_fraction"])
+    for run in again["selection"]:
+        saved = next(r for r in res["selection"] if (r["body"], r["train"], r["lr"], r["seed"]) ==
+                     (run["body"], run["train"], run["lr"], run["seed"]))
+        assert run["best_step"] == saved["best_step"]
+        assert run["best_val_loss"] == pytest.approx(saved["best_val_loss"], abs=1e-4)
+        assert run["accuracy"] == pytest.approx(saved["accuracy"], abs=1 / saved["n"])

@@ -10,7 +10,8 @@ import torch
 
 from transformerbook.checks import interpret as checks
 from transformerbook.data import cache_dir, load_result
-from transformerbook.interpret import (HEAD_SCORES, attention_patterns, copy_losses, first_token_score, head_scores,
+from transformerbook.interpret import (HEAD_SCORES, ablated_head, attention_patterns, copy_losses, first_token_score,
+                                       head_outputs, head_scores,
                                        induction_configs, induction_metrics, induction_run_dir, induction_score,
                                        logit_lens_losses,
                                        loss_by_position, previous_token_score, repeat_segment_batch,
@@ -358,6 +359,68 @@ def test_cached_models_reproduce_the_committed_numbers():
         for key in ("val_loss", "text_first", "text_second", "random_first", "random_second"):
             assert got[key] == pytest.approx(want[key], abs=2e-3), (path, key)
         torch.testing.assert_close(torch.tensor(got["induction"]), torch.tensor(want["induction"]), atol=2e-3, rtol=0)
+
+
+# --- ablation -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_ablating_a_head_equals_editing_its_columns_of_w_o(fused):
+    model = _tiny(fused=fused).eval()
+    ids = torch.randint(0, 23, (3, 12), generator=torch.Generator().manual_seed(1))
+    Dh = model.config.d_head
+    with torch.no_grad():
+        before = model(ids)
+        for layer, head in ((0, 0), (1, 3)):
+            edited = GPT(model.config).eval()
+            edited.load_state_dict(model.state_dict())
+            cols = slice(head * Dh, (head + 1) * Dh)
+            edited.blocks[layer].attn.out_proj.weight[:, cols] = 0
+            with ablated_head(model, layer, head):
+                torch.testing.assert_close(model(ids), edited(ids))
+            mean = head_outputs(model, ids)[layer, :, :, head].mean((0, 1))  # (Dh,)
+            edited.blocks[layer].attn.out_proj.bias += model.blocks[layer].attn.out_proj.weight[:, cols] @ mean
+            with ablated_head(model, layer, head, mean):
+                torch.testing.assert_close(model(ids), edited(ids))
+        torch.testing.assert_close(model(ids), before)  # the hooks are gone
+
+
+def test_head_outputs_are_weights_times_values_and_ablation_checks_its_arguments():
+    model = _tiny().eval()
+    ids = torch.randint(0, 23, (2, 10), generator=torch.Generator().manual_seed(2))
+    z, w = head_outputs(model, ids), attention_patterns(model, ids)  # (L, B, T, H, Dh), (L, B, H, T, T)
+    with torch.no_grad():
+        a = model.blocks[1].attn
+        x = model.residual_stream(ids)[1]  # the stream entering block 1
+        v = a.split_heads(a.v_proj(model.blocks[1].ln_1(x)))  # (B, H, T, Dh)
+    torch.testing.assert_close(z[1], (w[1] @ v).transpose(1, 2))
+    for bad, message in (((2, 0), "layer=2"), ((0, -1), "head=-1")):
+        with pytest.raises(ValueError, match=message):
+            with ablated_head(model, *bad): pass
+    with pytest.raises(ValueError, match="shape"):
+        with ablated_head(model, 0, 0, torch.zeros(5)): pass
+
+
+def test_ablation_finds_the_heads_the_chapter_names():
+    "On the cached induction model: the previous-token head matters most, and two or more heads of layer 1 copy."
+    res = load_result("induction")["results"]
+    final = induction_run_dir(res["every"])/f"step-{res['snapshots'][-1]['step']:06d}.pt"
+    if not final.is_file():
+        pytest.skip("the cached induction run is absent (make experiments / make book train it)")
+    from transformerbook.training import load_dataset
+    model = load_model(final)[0]
+    tok, _, val_ids = load_dataset("tinyshakespeare", "char")
+    gen = torch.Generator().manual_seed(0)  # the chapter's batches
+    probes = {"text": repeated_text(val_ids, 64, 16, gen),
+              "random": repeated_random_tokens(tok.vocab_size, 64, 16, generator=gen)}
+    base = {k: copy_losses(model, p) for k, p in probes.items()}
+    cost = {}
+    for l in range(2):
+        for h in range(4):
+            with ablated_head(model, l, h):
+                cost[l, h] = {k: copy_losses(model, p)[1] - base[k][1] for k, p in probes.items()}
+    assert max(cost, key=lambda lh: cost[lh]["random"]) == (0, 3), cost  # the previous-token head
+    copiers = [h for h in range(4) if all(cost[1, h][k] > 0.2 for k in probes)]
+    assert len(copiers) >= 2, cost  # layer 1's copying is shared
 
 
 # --- the checkers ---------------------------------------------------------------------------------------------------

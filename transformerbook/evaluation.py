@@ -4,7 +4,8 @@ contamination on TinyShakespeare, memorisation and extraction measured on the bo
 
 **In the package** (`transformerbook.evaluation`): `sequence_log_likelihood(model, token_ids, loss_mask,
 reduction)` scores (B, T) token ids by the chain rule, `(B,)` in nats; `candidate_batch` lays out prompt +
-candidate pairs for it, `score_candidates` scores one prompt's candidates, and `classify_by_likelihood` picks the
+candidate pairs for it, `score_candidates` scores one prompt's candidates, `candidate_log_likelihoods` those of many
+prompts, and `classify_by_likelihood` picks the
 most likely candidate for many prompts at once, `(N,)` int64. `wilson_interval` (with `Z_95`) and
 `accuracy_with_ci` give a 95% confidence interval. `speeches`, `next_line_task`, `speaker_task` and `cloze_task`
 build held-out tasks from TinyShakespeare, and `gpt2_task_demos` runs J&M's `GPT2_PROMPTS` (sentiment, QA, tl;dr)
@@ -37,10 +38,11 @@ from .validation import check_choice, check_positive_int
 
 # %% auto #0
 __all__ = ['Z_95', 'GPT2_PROMPTS', 'GPT3_DATA_MIX', 'GPT3_TRAINING_TOKENS', 'sequence_log_likelihood', 'candidate_batch',
-           'score_candidates', 'classify_by_likelihood', 'wilson_interval', 'accuracy_with_ci', 'speeches',
-           'next_line_task', 'speaker_task', 'cloze_task', 'gpt2_task_demos', 'epochs_elapsed', 'normalize_words',
-           'shingles', 'jaccard', 'MinHasher', 'estimate_jaccard', 'lsh_candidate_pairs', 'near_duplicate_pairs',
-           'exact_duplicates', 'word_ngrams', 'contaminated', 'verbatim_fraction', 'extraction_matches']
+           'score_candidates', 'candidate_log_likelihoods', 'classify_by_likelihood', 'wilson_interval',
+           'accuracy_with_ci', 'speeches', 'next_line_task', 'speaker_task', 'cloze_task', 'gpt2_task_demos',
+           'epochs_elapsed', 'normalize_words', 'shingles', 'jaccard', 'MinHasher', 'estimate_jaccard',
+           'lsh_candidate_pairs', 'near_duplicate_pairs', 'exact_duplicates', 'word_ngrams', 'contaminated',
+           'verbatim_fraction', 'extraction_matches']
 
 # %% ../nbs/11a_tasks.ipynb #d08c20f0
 def _logits_of(model: nn.Module, token_ids: Tensor) -> Tensor:
@@ -138,6 +140,19 @@ def score_candidates(model: nn.Module, # our `GPT` or a Hugging Face causal LM
     return sequence_log_likelihood(model, token_ids, loss_mask, reduction)
 
 # %% ../nbs/11a_tasks.ipynb #f028418d
+def candidate_log_likelihoods(model: nn.Module, # our `GPT` or a Hugging Face causal LM
+                              tokenizer, # anything with `encode(str) -> list[int]`
+                              prompts: Sequence[str], # N prompts
+                              candidates: Sequence[Sequence[str]], # N lists of candidates
+                              reduction: str = "sum", # "sum" = log P(c | x); "mean" = per candidate token
+                              batch_size: int = 256, # rows per forward pass
+                             ) -> list: # N tensors, the n-th (K_n,) float32 in nats: log P(candidate | prompt n)
+    "`score_candidates` for many prompts at once, in batches of rows (J&M 10.7; notes eq. 19.1)."
+    token_ids, loss_mask, owner = candidate_batch(tokenizer, prompts, candidates, _context_length(model))
+    s = torch.cat([sequence_log_likelihood(model, token_ids[i:i + batch_size], loss_mask[i:i + batch_size], reduction)
+                   for i in range(0, len(token_ids), batch_size)])  # (R,)
+    return [s[owner == n] for n in range(len(prompts))]
+
 def classify_by_likelihood(model: nn.Module, # our `GPT` or a Hugging Face causal LM
                            tokenizer, # anything with `encode(str) -> list[int]`
                            prompts: Sequence[str], # N prompts
@@ -150,17 +165,12 @@ def classify_by_likelihood(model: nn.Module, # our `GPT` or a Hugging Face causa
     `baseline_prompt` (e.g. "\\n") the score is log P(c | prompt) - log P(c | baseline_prompt), the information the
     prompt adds (Holtzman et al. 2021's domain-conditional PMI), which stops a candidate from winning just by being
     common. Ties go to the first candidate."""
-    C = _context_length(model)
-    def scores(ps):
-        token_ids, loss_mask, owner = candidate_batch(tokenizer, ps, candidates, C)
-        return torch.cat([sequence_log_likelihood(model, token_ids[i:i + batch_size], loss_mask[i:i + batch_size],
-                                                  reduction) for i in range(0, len(token_ids), batch_size)]), owner
-    s, owner = scores(prompts)
-    if baseline_prompt is not None: s = s - scores([baseline_prompt] * len(prompts))[0]
-    out = []
-    for i in range(len(prompts)):
-        out.append(int(s[owner == i].argmax()))
-    return torch.tensor(out, dtype=torch.long)
+    scores = candidate_log_likelihoods(model, tokenizer, prompts, candidates, reduction, batch_size)
+    if baseline_prompt is not None:
+        base = candidate_log_likelihoods(model, tokenizer, [baseline_prompt] * len(prompts), candidates, reduction,
+                                         batch_size)
+        scores = [s - b for s, b in zip(scores, base)]
+    return torch.tensor([int(s.argmax()) for s in scores], dtype=torch.long)
 
 # %% ../nbs/11a_tasks.ipynb #8cfc2c4b
 Z_95 = 1.959963984540054  # the 97.5% quantile of the standard normal
@@ -215,17 +225,24 @@ def _shuffled_in(rng: random.Random, true: str, others: list) -> tuple:
 def next_line_task(text: str, # held-out text
                    n_examples: int = 200, n_candidates: int = 4, seed: int = 0,
                    context_chars: int = 200, # characters of prompt before each item
+                   candidate_chars: int | None = None, # if given: every candidate is a line's first candidate_chars
+                   previous_line_within: int | None = None, # if given: only items whose previous line + "\n" fits
                   ) -> list: # [{"prompt", "candidates", "answer"}]
-    "Choose the true next line of a speech among `n_candidates` lines of the same text."
+    """Choose the true next line of a speech among `n_candidates` lines of the same text (each with its "\\n"). With
+    `candidate_chars`, only lines at least that long are used and every candidate is cut to that many characters,
+    so all are equally long; with `previous_line_within`, only items whose previous line fits in that many
+    characters are kept, so a model that reads that much before the candidate sees the whole previous line."""
     rng = random.Random(seed)
-    lines = [(o, l) for o, l in _spoken_lines(text) if len(l) >= 10]
+    cut = (lambda l: l + "\n") if candidate_chars is None else (lambda l: l[:candidate_chars])
+    lines = [(o, l) for o, l in _spoken_lines(text) if len(l) >= (candidate_chars or 10)]
     first_lines = {start + len(name) + 2 for start, name, _ in speeches(text)}
-    usable = [(o, l) for o, l in lines if o > context_chars and o not in first_lines]  # the line before is spoken too
+    usable = [(o, l) for o, l in lines if o > context_chars and o not in first_lines  # the line before is spoken too
+              and (previous_line_within is None or text.rfind("\n", 0, o - 1) >= o - 1 - previous_line_within)]
     items = []
     for offset, line in rng.sample(usable, n_examples):
-        others = rng.sample([l for _, l in lines if l != line], n_candidates - 1)
+        others = rng.sample([l for _, l in lines if cut(l) != cut(line)], n_candidates - 1)
         cands, answer = _shuffled_in(rng, line, others)
-        items.append({"prompt": text[offset - context_chars:offset], "candidates": [c + "\n" for c in cands],
+        items.append({"prompt": text[offset - context_chars:offset], "candidates": [cut(c) for c in cands],
                       "answer": answer})
     return items
 

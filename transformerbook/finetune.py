@@ -10,7 +10,8 @@ padding_mask)` applies BERT's 15% / 80-10-10 corruption to (B, T) ids and return
 with both sides of the context or the left side only; `fill_masks` writes the bidirectional model's guesses into
 the masked positions. `speaker_chunks` builds a speaker-naming task from held-out speeches,
 `SequenceClassifier(body, n_classes)` puts a small head on a GPT (logits (B, n_classes)), `freeze_body` leaves only
-the head trainable, `finetune_classifier` trains it and `classify` returns (N,) predicted labels.
+the head trainable, `finetune_classifier` trains it (with `EarlyStopping` as its callback: validation loss, the best parameters kept,
+a patience) and `classify` returns (N,) predicted labels.
 
 Docs: https://transformerbook.github.io/transformerbook/finetune.html.md"""
 
@@ -19,6 +20,7 @@ Docs: https://transformerbook.github.io/transformerbook/finetune.html.md"""
 # %% ../nbs/11b_finetune.ipynb #37c8ec8d
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
 from dataclasses import replace
@@ -35,7 +37,7 @@ from .validation import check_in_interval, check_instance, check_int_in_range, c
 # %% auto #0
 __all__ = ['IGNORE_INDEX', 'MASK_ID', 'mlm_corrupt', 'mlm_batch_fn', 'masked_char_model', 'masked_char_losses',
            'next_char_losses', 'fill_masks', 'speaker_chunks', 'SequenceClassifier', 'freeze_body',
-           'finetune_classifier', 'classify']
+           'finetune_classifier', 'EarlyStopping', 'classify']
 
 # %% ../nbs/11b_finetune.ipynb #a0a33907
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index: a target equal to it adds nothing to the loss
@@ -140,20 +142,27 @@ def speaker_chunks(text: str, # TinyShakespeare-formatted held-out text
                    n_chars: int = 64, # piece length: the model's context
                    min_chars: int = 32, # shorter speeches, and shorter last pieces, are dropped
                    seed: int = 0, # which half of each speaker's speeches is for training
-                  ) -> dict: # {"names": [...], "train": (token_ids, padding_mask, labels), "test": (...)}
+                   val_fraction: float = 0.0, # share of each speaker's training speeches moved to "val"
+                  ) -> dict: # {"names": [...], "train": (token_ids, padding_mask, labels), "val": (...), "test": (...)}
     """A speaker-naming task: pieces of speeches as (N, n_chars) int64 ids, right-padded with 0 where
     `padding_mask` (N, n_chars) bool is False, and (N,) int64 labels indexing `names`. Each speaker's speeches
-    are shuffled (seeded) and split half and half, so a speech's pieces are all on one side."""
+    are shuffled (seeded) and split half and half, so a speech's pieces are all on one side; the last
+    `val_fraction` of each speaker's training half becomes the validation split ("val", empty at 0), for early
+    stopping and choosing a learning rate, and leaves the test split as it was."""
     check_positive_int("n_speakers", n_speakers)
+    check_in_interval("val_fraction", val_fraction, "[0, 1)")
     sp = [(name, body) for _, name, body in speeches(text) if len(body) >= min_chars]
     names = [name for name, _ in Counter(name for name, _ in sp).most_common(n_speakers)]
-    rng, split = random.Random(seed), {"train": [], "test": []}
+    rng, split = random.Random(seed), {"train": [], "val": [], "test": []}
     for label, name in enumerate(names):
         bodies = [body for n, body in sp if n == name]
         rng.shuffle(bodies)
+        half = len(bodies) // 2
+        n_train = half - round(half * val_fraction)
         for i, body in enumerate(bodies):
             pieces = [body[s:s + n_chars] for s in range(0, len(body), n_chars)]
-            split["train" if i < len(bodies) // 2 else "test"] += [(p, label) for p in pieces if len(p) >= min_chars]
+            side = "train" if i < n_train else "val" if i < half else "test"
+            split[side] += [(p, label) for p in pieces if len(p) >= min_chars]
     return {"names": names, **{k: _as_tensors(v, tokenizer, n_chars) for k, v in split.items()}}
 
 def _as_tensors(items: list, tokenizer, n_chars: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -208,10 +217,11 @@ def finetune_classifier(classifier: SequenceClassifier,
                         batch_size: int = 32, # pieces per step, drawn with replacement
                         lr: float = 1e-3, # AdamW learning rate, constant, no weight decay
                         generator: torch.Generator | None = None, # draws the batches
+                        callback=None, # called as callback(step, classifier) after each step; True stops training
                        ) -> list[float]: # the training loss of every step, nats
     """Fine-tune by backpropagation on the cross-entropy of the class logits. Trains the parameters that require
     gradients: the whole model, or only the head after `freeze_body` (then the body's features are computed once,
-    in eval mode). Leaves the classifier in eval mode."""
+    in eval mode). `callback` (e.g. `EarlyStopping`) may stop it early. Leaves the classifier in eval mode."""
     check_positive_int("steps", steps)
     frozen = not any(p.requires_grad for p in classifier.body.parameters())
     params = [p for p in classifier.parameters() if p.requires_grad]
@@ -229,8 +239,45 @@ def finetune_classifier(classifier: SequenceClassifier,
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+        if callback is not None and callback(len(losses), classifier): break
     classifier.eval()
     return losses
+
+# %% ../nbs/11b_finetune.ipynb #6f39a036
+class EarlyStopping:
+    """A `finetune_classifier` callback: every `eval_every` steps the cross-entropy on the validation pieces, a copy
+    of the parameters at the best one so far, and a stop after `patience` evaluations without a new best. After
+    training, `restore(classifier)` loads the best parameters. Raises `ValueError` for a bad eval_every or patience."""
+    def __init__(self, val: tuple, # (token_ids (N, T) int64, padding_mask (N, T) bool, labels (N,) int64)
+                 eval_every: int = 25, # steps between evaluations
+                 patience: int = 4, # evaluations without a new best before stopping
+                ):
+        check_positive_int("eval_every", eval_every)
+        check_positive_int("patience", patience)
+        self.val, self.eval_every, self.patience = val, eval_every, patience
+        self.steps, self.val_losses, self.best_step, self.best_state = [], [], None, None
+
+    @torch.no_grad()
+    def __call__(self, step: int, classifier: SequenceClassifier) -> bool: # True: stop training
+        if step % self.eval_every: return False
+        was_training = classifier.training
+        classifier.eval()
+        loss = F.cross_entropy(classifier(self.val[0], self.val[1]), self.val[2]).item()
+        classifier.train(was_training)
+        self.steps.append(step)
+        self.val_losses.append(loss)
+        if self.best_step is None or loss < self.best_val_loss:
+            self.best_step, self.best_state = step, copy.deepcopy(classifier.state_dict())
+        return len(self.steps) - 1 - self.steps.index(self.best_step) >= self.patience
+
+    @property
+    def best_val_loss(self) -> float: return self.val_losses[self.steps.index(self.best_step)]
+
+    def restore(self, classifier: SequenceClassifier) -> SequenceClassifier:
+        "Load the parameters of the best evaluation (in place); `ValueError` if nothing was evaluated yet."
+        if self.best_state is None: raise ValueError("no evaluation yet: train for at least eval_every steps")
+        classifier.load_state_dict(self.best_state)
+        return classifier
 
 # %% ../nbs/11b_finetune.ipynb #a667f8fe
 @torch.no_grad()

@@ -8,6 +8,8 @@ newlines) and `induction_score(weights, period)` (Olsson et al. 2022), computed 
 them as (n_layers, n_heads) tensors keyed by `HEAD_SCORES`. `loss_by_position(model, token_ids)` is the
 in-context-learning curve, `copy_losses(model, token_ids)` the loss on the first and second copy of a repeated
 sequence, and `logit_lens_losses(model, token_ids)` the loss read from the residual stream after every layer.
+`head_outputs(model, token_ids)` reads every head's output before $W^O$, (n_layers, B, T, H, Dh), and
+`ablated_head(model, layer, head, value)` zero- or mean-ablates one head inside a `with` block.
 Induction heads are made to form by `repeat_segment_batch` (windows in which a text segment of random length and
 place is followed by its copy),
 with the model and optimiser settings of `induction_configs()`. `train_in_stages` saves snapshots along a run;
@@ -22,6 +24,7 @@ Docs: https://transformerbook.github.io/transformerbook/inside.html.md"""
 # %% ../nbs/11_inside.ipynb #83c9ead3
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,7 +43,8 @@ from .validation import check_in_interval, check_int_in_range, check_positive_in
 __all__ = ['HEAD_SCORES', 'INDUCTION_BATCH', 'attention_patterns', 'previous_token_score', 'first_token_score',
            'token_attention_score', 'induction_score', 'repeated_random_tokens', 'repeated_text', 'loss_by_position',
            'copy_losses', 'head_scores', 'repeat_segment_batch', 'induction_configs', 'train_in_stages',
-           'induction_run_dir', 'induction_run', 'induction_model', 'induction_metrics', 'logit_lens_losses']
+           'induction_run_dir', 'induction_run', 'induction_model', 'induction_metrics', 'head_outputs', 'ablated_head',
+           'logit_lens_losses']
 
 # %% ../nbs/11_inside.ipynb #3d3b84a6
 def _check_model(model) -> None:
@@ -301,6 +305,49 @@ def induction_metrics(model: GPT, # a character model (vocab_size 65)
     out["random_first"], out["random_second"] = copy_losses(model, random_rep)
     scores = head_scores(model, text_ids, random_rep, newline_id)
     return out | {name: [[round(v, 6) for v in row] for row in s.tolist()] for name, s in scores.items()}
+
+# %% ../nbs/11_inside.ipynb #d8c76025
+@torch.no_grad()
+def head_outputs(model: GPT, # any GPT
+                 token_ids: Tensor, # (B, T) int64
+                ) -> Tensor: # (n_layers, B, T, H, Dh) float: z^(h), each head's attention output before W^O
+    """Every head's output, its slice of the concatenated heads that `out_proj` (W^O, J&M eq. 10.19) projects, read
+    with a forward pre-hook on each layer's `out_proj`, in eval mode. Raises what `attention_patterns` raises."""
+    _check_model(model)
+    outs = []
+    hooks = [b.attn.out_proj.register_forward_pre_hook(lambda m, args: outs.append(args[0])) for b in model.blocks]
+    try:
+        with eval_mode(model):
+            model(token_ids)
+    finally:
+        for h in hooks: h.remove()
+    return torch.stack(outs).unflatten(-1, (model.config.n_heads, -1))  # (L, B, T, H·Dh) -> (L, B, T, H, Dh)
+
+# %% ../nbs/11_inside.ipynb #fc4754cf
+@contextmanager
+def ablated_head(model: GPT, layer: int, # 0 <= layer < n_layers
+                 head: int, # 0 <= head < n_heads
+                 value: Tensor | None = None, # (Dh,) float, what the head outputs instead (mean-ablation); None: zeros
+                ):
+    """Inside the `with` block, head `head` of layer `layer` outputs `value` (zeros if None) at every position in
+    place of its attention result: a forward pre-hook on the layer's `out_proj` overwrites the head's slice of the
+    concatenated heads, and is removed on exit. Raises `ValueError` for a layer or head out of range or a value of
+    another shape."""
+    _check_model(model)
+    check_int_in_range("layer", layer, 0, model.config.n_layers, "n_layers")
+    check_int_in_range("head", head, 0, model.config.n_heads, "n_heads")
+    Dh = model.config.d_head
+    if value is not None and tuple(value.shape) != (Dh,):
+        raise ValueError(f"value must have shape (d_head,) = ({Dh},), got {tuple(value.shape)}")
+    def overwrite(module, args):
+        z = args[0].clone()  # (B, T, H·Dh)
+        z[..., head * Dh:(head + 1) * Dh] = 0.0 if value is None else value
+        return (z,)
+    handle = model.blocks[layer].attn.out_proj.register_forward_pre_hook(overwrite)
+    try:
+        yield model
+    finally:
+        handle.remove()
 
 # %% ../nbs/11_inside.ipynb #95d37677
 @torch.no_grad()
