@@ -54,6 +54,12 @@ def _sync(device: torch.device) -> None:
     if device.type == "cuda": torch.cuda.synchronize(device)
 
 
+def _tick(device: torch.device) -> float:
+    "The time once the device has finished its queued work."
+    _sync(device)
+    return time.perf_counter()
+
+
 def phase_split(model_cfg, train_cfg, train_ids, device, n_steps: int, warmup: int) -> dict:
     "Median milliseconds per phase of one step (device synchronized between phases), over `n_steps` after `warmup`."
     torch.manual_seed(0)
@@ -65,21 +71,20 @@ def phase_split(model_cfg, train_cfg, train_ids, device, n_steps: int, warmup: i
     ac = torch.autocast(device.type, dtype=getattr(torch, train_cfg.dtype), enabled=train_cfg.dtype != "float32")
     times = {k: [] for k in ("data", "forward", "backward", "optimizer", "host wait", "step")}
     for i in range(warmup + n_steps):
-        _sync(device)
-        t0 = time.perf_counter()
+        t0 = _tick(device)
         token_ids, targets = get_batch(train_ids, train_cfg.batch_size, T, gen)
         token_ids, targets = token_ids.to(device), targets.to(device)
-        _sync(device); t1 = time.perf_counter()
+        t1 = _tick(device)
         with ac:
             loss = F.cross_entropy(step_model(token_ids).flatten(0, 1).float(), targets.flatten())
-        _sync(device); t2 = time.perf_counter()
+        t2 = _tick(device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        _sync(device); t3 = time.perf_counter()
+        t3 = _tick(device)
         for g in opt.param_groups: g["lr"] = lr_at(i, train_cfg)
         torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
         opt.step()
-        _sync(device); t4 = time.perf_counter()
+        t4 = _tick(device)
         loss.item()
         t5 = time.perf_counter()
         if i >= warmup:
@@ -99,15 +104,15 @@ def train_wall(model_cfg, train_cfg, train_ids, val_ids, device, n_steps: int) -
     model = GPT(model_cfg).to(device)
     counts = {}
     with count_host_reads(counts):
-        _sync(device); start = time.perf_counter()
+        start = _tick(device)
         history = train(model, train_ids, val_ids, cfg, progress=False)
-        _sync(device); wall = time.perf_counter() - start
+        wall = _tick(device) - start
     eval_counts = {}
     with count_host_reads(eval_counts):
         start = time.perf_counter()
         with torch.autocast(device.type, dtype=getattr(torch, cfg.dtype), enabled=cfg.dtype != "float32"):
             estimate_loss(model, {"train": train_ids, "val": val_ids}, cfg.batch_size, cfg.eval_iters)
-        _sync(device); eval_s = time.perf_counter() - start
+        eval_s = _tick(device) - start
     n_eval_reads = sum(eval_counts.values())
     per_step = (sum(counts.values()) - 2 * n_eval_reads) / n_steps  # train evaluates at step 0 and at the end
     return wall, eval_s, per_step, n_eval_reads, counts, history
@@ -133,7 +138,8 @@ def main() -> None:
     fpt = model_flops_per_token(model_cfg)
     peak = args.peak_tflops * 1e12 if args.peak_tflops else matmul_peak_flops(device=device)
     print(f"{args.preset}: {GPT(model_cfg).n_params() / 1e6:.2f}M parameters, {tokens_per_step} tokens/step, "
-          f"{fpt / 1e6:.2f} MFLOP/token; {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
+          f"{fpt / 1e6:.2f} MFLOP/token; {device} "
+          f"({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
           f"{args.dtype}{', compiled' if args.compile else ''}; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; peak {peak / 1e12:.3f} TFLOP/s "
           f"({'datasheet' if args.peak_tflops else 'measured float32 matmul'})")
@@ -145,7 +151,8 @@ def main() -> None:
                                                                         device, args.train_steps)
     tps = tokens_per_step * args.train_steps / (wall - 2 * eval_s)
     print(f"train(): {args.train_steps} steps in {wall:.2f} s with 2 evaluations of {eval_s:.2f} s each; "
-          f"{tps:,.0f} tokens/s between evaluations, MFU {mfu(tps, fpt, peak):.1%}; val loss {history.val_loss[-1]:.4f}")
+          f"{tps:,.0f} tokens/s between evaluations, MFU {mfu(tps, fpt, peak):.1%}; "
+          f"val loss {history.val_loss[-1]:.4f}")
     print(f"host reads: {per_step:.2f} per training step, {n_eval_reads} per evaluation; by caller: "
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
 

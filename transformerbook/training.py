@@ -212,7 +212,9 @@ def _split_chunks(fh, split: str, # the open file; "train" or "val"
 def _tokenize_files(files: list[Path], tok, # a tokenizer with `encode_iterable`
                     out_dir: Path, # gets .train.bin.tmp and .val.bin.tmp
                     train_bytes: int, # the first this many UTF-8 bytes of the corpus go to training
-                    dtype, bar) -> tuple[dict, dict]: # the tokens and the bytes written per split
+                    dtype, bar,
+                    allow_special: bool = False, # GPT-2: a literal <|endoftext|> in the text is the end-of-text id
+                   ) -> tuple[dict, dict]: # the tokens and the bytes written per split
     """Encode `files` in order into the two temporary token files as raw `dtype` ids, 65,536 ids at a time; with GPT-2's
     tokenizer every file ends with `<|endoftext|>`."""
     counts, nbytes = {"train": 0, "val": 0}, {"train": 0, "val": 0}
@@ -228,7 +230,8 @@ def _tokenize_files(files: list[Path], tok, # a tokenizer with `encode_iterable`
         for f in files:
             with open(f, encoding="utf-8", newline="") as fh:
                 for split in ("train", "val"):
-                    ids = tok.encode_iterable(_split_chunks(fh, split, train_left, nbytes, bar))
+                    chunks = _split_chunks(fh, split, train_left, nbytes, bar)
+                    ids = tok.encode_iterable(chunks, **({"allow_special": True} if allow_special else {}))
                     while batch := list(itertools.islice(ids, 1 << 16)): write(split, batch)
                     if split == "train" and train_left[0] > 0: break  # the file ended before the split point
                 if isinstance(tok, TiktokenGPT2): write("train" if train_left[0] > 0 else "val", [tok.eos_token_id])
@@ -242,10 +245,13 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
                  tokenizer: str = "char", # "char" (vocabulary from the corpus) or "gpt2" (tiktoken's GPT-2 BPE)
                  val_fraction: float = 0.1, # the last share of the bytes, for validation
                  progress: bool = True,
+                 allow_special: bool = False, # "gpt2" only: the text's literal <|endoftext|> become the end-of-text id
                 ) -> dict: # the metadata written to meta.json
     """Tokenize a corpus once into memory-mappable token files, reading 1 MB at a time (memory bounded whatever the
     corpus size). Raises `ValueError` for a missing source, an empty corpus or a bad tokenizer / val_fraction."""
     check_choice("tokenizer", tokenizer, ("char", "gpt2"))
+    if allow_special and tokenizer != "gpt2":
+        raise ValueError(f"allow_special needs the gpt2 tokenizer (it has <|endoftext|>), not {tokenizer!r}")
     if not 0 < val_fraction < 1: raise ValueError(f"val_fraction={val_fraction} must be in (0, 1)")
     source, out_dir = Path(source), Path(out_dir)
     files = _text_files(source)
@@ -255,14 +261,15 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
     dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
     out_dir.mkdir(parents=True, exist_ok=True)
     bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc=f"tokenizing {source.name}")
-    try: counts, nbytes = _tokenize_files(files, tok, out_dir, int(total * (1 - val_fraction)), dtype, bar)
+    try: counts, nbytes = _tokenize_files(files, tok, out_dir, int(total * (1 - val_fraction)), dtype, bar,
+                                          allow_special)
     finally: bar.close()
     if counts["train"] == 0 or counts["val"] == 0:
         raise ValueError(f"the corpus {source} is too small to split ({counts['train']} / {counts['val']} tokens)")
     for s in counts: os.replace(out_dir/f".{s}.bin.tmp", out_dir/f"{s}.bin")
     meta = {"tokenizer": tok.to_dict(), "dtype": np.dtype(dtype).name, "source": str(source), "files": len(files),
             "train_tokens": counts["train"], "val_tokens": counts["val"], "train_bytes": nbytes["train"],
-            "val_bytes": nbytes["val"]}
+            "val_bytes": nbytes["val"], "allow_special": allow_special}
     (out_dir/PREPARED_META).write_text(json.dumps(meta, indent=1))
     return meta
 
@@ -866,7 +873,8 @@ def train(model: GPT, # trained in place (on its own device)
     checkpoints), stopping early after `patience` evaluations without improvement. Seeded; a resumed run is bit-for-bit
     the uninterrupted one on CPU (on a GPU some CUDA kernels are not deterministic). Raises `TrainingDivergedError`
     (the last good checkpoint is kept), `CheckpointError` for a missing or incompatible checkpoint to resume,
-    `ValueError` for data not longer than the context, ids outside the vocabulary or a batch the slices do not divide."""
+    `ValueError` for data not longer than the context, ids outside the vocabulary or a batch the slices cannot
+    divide."""
     T = model.config.context_length
     _check_splits(train_data, val_data, T)
     run = _setup_run(model, train_cfg, out_dir, tokenizer, resume)  # fresh, or restored from the checkpoint
