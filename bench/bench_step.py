@@ -29,8 +29,9 @@ from transformerbook.training import (configure_optimizer, estimate_loss, get_ba
 
 @contextmanager
 def count_host_reads(counts: dict):
-    """Count reads of a tensor's value to the host (`item`, `tolist`, `__bool__`, `__float__`, `__int__` of a tensor)
-    whose caller is a module of `transformerbook`, by the caller's `file:function`."""
+    """Count reads of a tensor's value to the host whose caller is a module of `transformerbook`, by the caller's
+    `module:function`: `item`, `__bool__`, `__float__`, `__int__` of a 0-dim tensor, and `tolist` of a floating-point
+    one (the batch sampler's int64 offsets come from a CPU generator and never live on a device)."""
     names = ("item", "tolist", "__bool__", "__float__", "__int__")
     saved = {n: getattr(torch.Tensor, n) for n in names}
 
@@ -38,7 +39,8 @@ def count_host_reads(counts: dict):
         def counted(self, *a, **k):
             caller = inspect.currentframe().f_back
             mod = caller.f_globals.get("__name__", "")
-            if mod.startswith("transformerbook") and (name in ("item", "tolist") or self.dim() == 0):
+            counted_kind = self.is_floating_point() if name == "tolist" else (name == "item" or self.dim() == 0)
+            if mod.startswith("transformerbook") and counted_kind:
                 key = f"{mod}:{caller.f_code.co_name}"
                 counts[key] = counts.get(key, 0) + 1
             return fn(self, *a, **k)

@@ -3,9 +3,12 @@ forcing, batching and packing, AdamW with warm-up and cosine decay, checkpoints 
 
 **In the package** (`transformerbook.training`): `train(model, train_data, val_data, train_cfg)`, with `train_cfg` a
 `TrainConfig`, runs the loop (AdamW from `configure_optimizer`, the schedule `lr_at`, one `train_step` per batch with
-gradient accumulation and clipping, `estimate_loss` at every evaluation) and returns a `TrainHistory`; a new run's settings come from `new_run_config`, a resumed run's from
+gradient accumulation and clipping, `estimate_loss` at every evaluation) and returns a `TrainHistory`; a new run's settings come from `new_run_config`
+(a warm-up longer than the decay is shortened by `fit_warmup`), a resumed run's from
 `resume_config` (only the `RESUMABLE` settings may change). With `out_dir` it writes checkpoints (`save_checkpoint`,
-`load_checkpoint`, `checkpoint_file`, `load_model`) and can resume exactly. A NaN loss raises
+`load_checkpoint`, `checkpoint_file`) and can resume exactly; the weights with the best validation loss are kept
+beside them (`BEST_CHECKPOINT_NAME`, `best_file`), and `load_model` / `model_file` prefer them for a run folder.
+A NaN loss raises
 `TrainingDivergedError`; an unusable checkpoint raises `CheckpointError`. Data: `load_dataset` (the names in
 `DATASETS`), `prepare_data` / `load_prepared` for a corpus of any size in memory-mapped token files (`PREPARED_META`),
 `get_batch` for (B, T) windows, `pack_documents` for `<|endoftext|>`-separated documents, and `cross_entropy_loss`
