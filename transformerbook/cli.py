@@ -212,6 +212,10 @@ def _resume_configs(out: str, model_given: dict, train_given: dict) -> tuple:
     return model_cfg, resume_config(ckpt["train_config"], train_given, out)
 
 # %% ../nbs/08a_cli.ipynb #086539d3
+def _preset(args) -> str:
+    "The run's preset: `--preset`, else the baby GPT."
+    return args.preset or "baby-gpt-char"
+
 def _train_configs(args) -> tuple:
     "(model_cfg or None, train_cfg, model options given) from the options, the preset and --resume's checkpoint."
     model_given = _given(args, [*_MODEL_OPTIONS, "norm"])
@@ -237,10 +241,6 @@ def _check_out(args) -> Path:
     return ckpt_path
 
 # %% ../nbs/08a_cli.ipynb #a6d0d293
-def _preset(args) -> str:
-    "The run's preset: `--preset`, else the baby GPT."
-    return args.preset or "baby-gpt-char"
-
 def _tokenizer_name(args) -> str:
     "The run's tokenizer: `--tokenizer`, else the one a prepared `--data` folder was made with, else the preset's."
     if args.tokenizer: return args.tokenizer

@@ -195,7 +195,11 @@ def _special_pieces(chunks, specials) -> Iterator[tuple[bool, str]]:
 
 def _encode_stream_specials(encode, pat: str, chunks, specials: dict) -> Iterator[int]:
     """`_encode_stream` in which every special-token string (`specials`: string -> id) becomes its id and the text
-    between is encoded on its own, as `encode(text, allow_special=True)` does on the whole text."""
+    between is encoded on its own, as `encode(text, allow_special=True)` does on the whole text. No specials:
+    `_encode_stream`."""
+    if not specials:
+        yield from _encode_stream(encode, pat, chunks)
+        return
     for special, group in itertools.groupby(_special_pieces(chunks, specials), key=lambda piece: piece[0]):
         if special: yield from (specials[s] for _, s in group)
         else: yield from _encode_stream(encode, pat, (s for _, s in group))
@@ -492,9 +496,8 @@ class BPETokenizer(BasicBPETokenizer):
 
     def encode_iterable(self, chunks, allow_special: bool = False) -> Iterator[int]:
         "Ids of `chunks` joined, lazily, as `encode(text, allow_special)` gives; memory bounded by a chunk."
-        if not allow_special or not self.special_tokens:
-            yield from _encode_stream(self.encode_ordinary, self.pattern, chunks)
-        else: yield from _encode_stream_specials(self.encode_ordinary, self.pattern, chunks, self.special_tokens)
+        yield from _encode_stream_specials(self.encode_ordinary, self.pattern, chunks,
+                                           self.special_tokens if allow_special else {})
     @classmethod
     def from_gpt2(cls) -> "BPETokenizer":
         "GPT-2's tokenizer rebuilt from `vocab.bpe` and `encoder.json` (via `data_path`; `ChecksumError` if corrupt)."

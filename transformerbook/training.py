@@ -871,13 +871,11 @@ def train(model: GPT, # trained in place (on its own device)
           on_eval=None, # called as `on_eval(step, losses)` after every evaluation (on rank 0)
          ) -> TrainHistory:
     """Train a GPT by minimising the cross-entropy of the next token (J&M eq. 10.51): `_setup_run`, then per step
-    `lr_at`, a batch (this rank's `batch_slice` under `torchrun`) and `train_step`; the step losses are read to the
-    host every `log_interval` steps; `_evaluate` every `eval_interval` steps and at the end (rank 0: both losses,
-    checkpoints), stopping early after `patience` evaluations without improvement. Seeded; a resumed run is bit-for-bit
-    the uninterrupted one on CPU (on a GPU some CUDA kernels are not deterministic). Raises `TrainingDivergedError`
-    (the last good checkpoint is kept), `CheckpointError` for a missing or incompatible checkpoint to resume,
-    `ValueError` for data not longer than the context, ids outside the vocabulary or a batch the slices cannot
-    divide."""
+    `lr_at`, a batch (this rank's `batch_slice` under `torchrun`) and `train_step`, the losses read every `log_interval`
+    steps; `_evaluate` every `eval_interval` steps and at the end, stopping after `patience` evaluations without
+    improvement. Seeded; a resumed run is bit-for-bit the uninterrupted one on CPU. Raises `TrainingDivergedError`
+    (the last good checkpoint is kept), `CheckpointError` (no or an incompatible checkpoint to resume), `ValueError`
+    (data not longer than the context, ids outside the vocabulary, a batch the slices cannot divide)."""
     T = model.config.context_length
     _check_splits(train_data, val_data, T)
     run = _setup_run(model, train_cfg, out_dir, tokenizer, resume)  # fresh, or restored from the checkpoint
@@ -898,7 +896,6 @@ def train(model: GPT, # trained in place (on its own device)
             run.history.lr.append(lr)
             bar.update(1)
             if (step + 1) % cfg.log_interval == 0: _read_losses(run, bar)
-    _read_losses(run, bar)
     return run.history
 
 
