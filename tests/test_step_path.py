@@ -203,7 +203,8 @@ def test_cli_gpu_preset_short_decay_and_sample_from_the_best(tmp_path):
     assert "warm-up shortened from 100 to 0 steps" in err and "best val loss" in out
     status, out, err = run("sample", "--checkpoint", tmp_path/"r", "--prompt", "Thou", "--max-new-tokens", 3)
     assert status == 0 and "best.pt, step " in err and "lowest validation loss" in err, err
-    status, out, err = run("sample", "--checkpoint", tmp_path/"r", "--latest", "--prompt", "Thou", "--max-new-tokens", 3)
+    status, out, err = run("sample", "--checkpoint", tmp_path/"r", "--latest", "--prompt", "Thou",
+                           "--max-new-tokens", 3)
     assert status == 0 and "ckpt.pt, step 2" in err, err
     assert "lowest validation loss" in (tmp_path/"r"/"MODEL_CARD.md").read_text()
 

@@ -301,10 +301,16 @@ def _card_model(ckpt: dict, path: str | Path) -> list[str]:
             f"- A decoder-only transformer language model (transformerbook `lm_head.GPT`): n_layers {m['n_layers']}, "
             f"n_heads {m['n_heads']}, d_model {m['d_model']}, context_length {m['context_length']} tokens, "
             f"vocab_size {m['vocab_size']} ({tok} tokenizer), {n_params:,} parameters.",
-            f"- Trained for {ckpt['step']:,} steps with transformerbook {ckpt.get('code_version', '?')}." +
+            f"- Trained for {_steps_run(ckpt, path):,} steps with transformerbook {ckpt.get('code_version', '?')}." +
             (f" These are the weights of step {ckpt['step']:,}, the lowest validation loss of the run's evaluations "
              f"(`{BEST_CHECKPOINT_NAME}`); the latest state, to resume from, is `{CHECKPOINT_NAME}`."
              if Path(path).name == BEST_CHECKPOINT_NAME else ""), ""]
+
+def _steps_run(ckpt: dict, path: str | Path) -> int:
+    "The steps the run took: the checkpoint's, or for `best.pt` those of the latest state beside it."
+    latest = Path(path).parent/CHECKPOINT_NAME
+    return load_checkpoint(latest)["step"] if Path(path).name == BEST_CHECKPOINT_NAME and latest.is_file() \
+        else ckpt["step"]
 
 # %% ../nbs/08a_cli.ipynb #7a5e05b6
 def _card_data(data: str) -> list[str]:
