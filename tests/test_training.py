@@ -593,11 +593,11 @@ def test_bits_per_byte():
 
 
 def test_cached_run_key_ignores_execution_settings_at_their_defaults():
-    "Models cached before grad_accum_steps / dtype / compile existed must still be found."
+    "Models cached before grad_accum_steps / dtype / compile / log_interval / patience existed must still be found."
     import inspect
     from dataclasses import replace
     from transformerbook import training
-    assert {"grad_accum_steps", "dtype", "compile"} == set(training._EXECUTION)
+    assert {"grad_accum_steps", "dtype", "compile", "log_interval", "patience"} == set(training._EXECUTION)
     assert all(training._EXECUTION[k] == getattr(TrainConfig(), k) for k in training._EXECUTION)
     assert "train_key" in inspect.getsource(training.cached_run_dir)
     assert "cached_run_dir(" in inspect.getsource(training.cached_run)
@@ -605,6 +605,8 @@ def test_cached_run_key_ignores_execution_settings_at_their_defaults():
     base = training.cached_run_dir("x", model_cfg, train_cfg, {})
     assert training.cached_run_dir("x", model_cfg, replace(train_cfg, compile=False), {}) == base
     assert training.cached_run_dir("x", model_cfg, replace(train_cfg, grad_accum_steps=2), {}) != base
+    assert training.cached_run_dir("x", model_cfg, replace(train_cfg, log_interval=10, patience=None), {}) == base
+    assert training.cached_run_dir("x", model_cfg, replace(train_cfg, patience=3), {}) != base
 
 
 def test_cached_shakespeare_model_never_trains(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ Docs: https://transformerbook.github.io/transformerbook/cli.html.md"""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -29,10 +30,11 @@ from .data import DataUnavailableError, ChecksumError, load_tinyshakespeare, tra
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, TiktokenGPT2
 from .training import CHECKPOINT_NAME, DATASETS, DTYPES, PREPARED_META, PRESETS, RESUMABLE
-from .training import CheckpointError, TrainConfig, TrainingDivergedError, bits_per_byte
-from .training import check_batch_split, checkpoint_file, load_checkpoint, load_dataset, load_model
-from .training import load_prepared, outside_reference, prepare_data, preset_configs, resolve_device
-from .training import resume_config, setup_distributed, train
+from .training import BEST_CHECKPOINT_NAME, CheckpointError, TrainConfig, TrainingDivergedError
+from .training import bits_per_byte, check_batch_split, checkpoint_file, fit_warmup, load_checkpoint
+from .training import load_dataset, load_model, load_prepared, model_file, outside_reference
+from .training import prepare_data, preset_configs, resolve_device, resume_config, setup_distributed
+from .training import train
 
 # %% auto #0
 __all__ = ['MODEL_CARD_NAME', 'build_parser', 'model_card', 'write_model_card', 'main']
@@ -47,7 +49,8 @@ class _Parser(argparse.ArgumentParser):
 _MODEL_OPTIONS = {"n_layers": int, "n_heads": int, "d_model": int, "context_length": int, "dropout": float}
 _TRAIN_OPTIONS = {"max_iters": int, "eval_interval": int, "eval_iters": int, "batch_size": int, "learning_rate": float,
                   "min_lr": float, "warmup_iters": int, "lr_decay_iters": int, "weight_decay": float,
-                  "grad_clip": float, "seed": int, "grad_accum_steps": int}
+                  "grad_clip": float, "seed": int, "grad_accum_steps": int, "log_interval": int,
+                  "patience": int}
 
 # %% ../nbs/08a_cli.ipynb #0f0a44ea
 def _add_model_options(t: argparse.ArgumentParser, model_cfg: GPTConfig) -> None:
@@ -66,7 +69,9 @@ def _add_optimisation_options(t: argparse.ArgumentParser, train_cfg: TrainConfig
         note = "; may change when resuming" if name in RESUMABLE else ""
         default = (getattr(train_cfg, name) if name != "lr_decay_iters"
                    else "max_iters of the new run, kept when resuming")
-        extra = "; the batch of one step is computed in N slices, same gradient" if name == "grad_accum_steps" else ""
+        extra = {"grad_accum_steps": "; the batch of one step is computed in N slices, same gradient",
+                 "log_interval": "; the step losses reach the host, and the progress bar, every N steps",
+                 "patience": "; stop after N evaluations without a lower validation loss"}.get(name, "")
         g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None,
                        help=f"{name} (default {default}{extra}{note})")
 
@@ -81,12 +86,14 @@ def _add_train_command(sub, model_cfg: GPTConfig, train_cfg: TrainConfig) -> Non
     t.add_argument("--data", default="tinyshakespeare",
                    help=f"data set: {', '.join(DATASETS)}, the path of a UTF-8 text file (split 90/10), or a folder "
                         "made by `transformerbook prepare` (read through numpy.memmap, never loaded whole)")
-    t.add_argument("--preset", choices=PRESETS, default="baby-gpt-char",
+    t.add_argument("--preset", choices=PRESETS, default=None,
                    help="the recipe whose settings are the defaults and whose reference curves each evaluation is "
-                        "compared with (default baby-gpt-char)")
+                        "compared with (default baby-gpt-char; its band is noted once unless named or matched)")
     t.add_argument("--tokenizer", choices=["char", "gpt2"], default=None,
-                   help="char: one token per character; gpt2: GPT-2's byte-pair encoding (default: the preset's)")
-    t.add_argument("--out", required=True, metavar="DIR", help="folder for the checkpoint DIR/ckpt.pt")
+                   help="char: one token per character; gpt2: GPT-2's byte-pair encoding (default: a prepared "
+                        "folder's, else the preset's)")
+    t.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for the latest state DIR/ckpt.pt and the best weights DIR/best.pt")
     t.add_argument("--resume", action="store_true", help="continue from DIR's checkpoint, exactly")
     t.add_argument("--force", action="store_true",
                    help="start a new run even if DIR already holds a checkpoint, overwriting it (without --force "
@@ -106,7 +113,9 @@ def _add_sample_command(sub) -> None:
     s = sub.add_parser("sample", help="generate text from a checkpoint",
                        description="Print the prompt followed by generated text; the same seed gives the same text.")
     s.add_argument("--checkpoint", required=True, metavar="PATH",
-                   help="a run folder (PATH/ckpt.pt) or a checkpoint file (any name with a suffix: model.ckpt)")
+                   help="a run folder (its best weights PATH/best.pt, else PATH/ckpt.pt) or a checkpoint file (any "
+                        "name with a suffix: model.ckpt)")
+    s.add_argument("--latest", action="store_true", help="a run folder's latest state (ckpt.pt), not its best")
     s.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     s.add_argument("--max-new-tokens", type=int, default=200, help="number of tokens to generate (default 200)")
     s.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 = greedy (default 1.0)")
@@ -126,6 +135,9 @@ def _add_prepare_command(sub) -> None:
     p.add_argument("--tokenizer", choices=["char", "gpt2"], default="char",
                    help="char: the corpus's characters (default); gpt2: GPT-2's BPE (tiktoken)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the token files")
+    p.add_argument("--allowed-special", "--allow-special", action="store_true", dest="allow_special",
+                   help="with --tokenizer gpt2: the corpus's literal <|endoftext|> markers become the end-of-text id "
+                        "(for a corpus of many short documents, e.g. TinyStories); without it they are plain text")
     p.add_argument("--val-fraction", type=float, default=0.1, help="share of the bytes for validation (default 0.1)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -156,10 +168,11 @@ def _bytes_per_token(texts: tuple, ids: tuple) -> tuple:
     return tuple(len(s.encode("utf-8")) / max(len(i), 1) for s, i in zip(texts, ids))
 
 # %% ../nbs/08a_cli.ipynb #88acb8e3
-def _prepared_corpus(data: str, tokenizer: str) -> tuple:
-    "(tokenizer, train_ids, val_ids, bytes per token of each split) of a folder written by `prepare_data`."
+def _prepared_corpus(data: str, tokenizer: str | None) -> tuple: # tokenizer: "char", "gpt2", None = the folder's
+    """(tokenizer, train_ids, val_ids, bytes per token of each split) of a folder written by `prepare_data`;
+    `ValueError` if `tokenizer` is not the one the folder was prepared with."""
     tok, train_ids, val_ids, meta = load_prepared(Path(data))
-    if meta["tokenizer"]["kind"] != tokenizer:
+    if tokenizer is not None and meta["tokenizer"]["kind"] != tokenizer:
         raise ValueError(f"--data {data} was prepared with --tokenizer {meta['tokenizer']['kind']}, "
                          f"not {tokenizer}")
     per_token = (meta["train_bytes"] / meta["train_tokens"], meta["val_bytes"] / meta["val_tokens"])
@@ -199,13 +212,19 @@ def _resume_configs(out: str, model_given: dict, train_given: dict) -> tuple:
     return model_cfg, resume_config(ckpt["train_config"], train_given, out)
 
 # %% ../nbs/08a_cli.ipynb #086539d3
+def _preset(args) -> str:
+    "The run's preset: `--preset`, else the baby GPT."
+    return args.preset or "baby-gpt-char"
+
 def _train_configs(args) -> tuple:
     "(model_cfg or None, train_cfg, model options given) from the options, the preset and --resume's checkpoint."
     model_given = _given(args, [*_MODEL_OPTIONS, "norm"])
     train_given = _given(args, [*_TRAIN_OPTIONS, "dtype", "compile"])
     if args.resume: return (*_resume_configs(args.out, model_given, train_given), model_given)
-    preset_train = preset_configs(args.preset)[1]
-    train_cfg = TrainConfig.from_dict({**preset_train.to_dict(), "lr_decay_iters": None, **train_given})
+    preset_train = preset_configs(_preset(args))[1]
+    settings, notes = fit_warmup({**preset_train.to_dict(), "lr_decay_iters": None, **train_given})
+    for note in notes: print(f"note: {note}", file=sys.stderr)
+    train_cfg = TrainConfig.from_dict(settings)
     # lr_decay_iters=None: `train` fixes it to max_iters and stores it, so a later --resume --max-iters N keeps
     # this run's schedule (no jump of the learning rate)
     return None, train_cfg, model_given
@@ -223,13 +242,16 @@ def _check_out(args) -> Path:
 
 # %% ../nbs/08a_cli.ipynb #a6d0d293
 def _tokenizer_name(args) -> str:
-    "The run's tokenizer: `--tokenizer`, else the preset's."
-    return args.tokenizer or ("gpt2" if args.preset == "bpe-gpt2" else "char")
+    "The run's tokenizer: `--tokenizer`, else the one a prepared `--data` folder was made with, else the preset's."
+    if args.tokenizer: return args.tokenizer
+    meta = Path(args.data)/PREPARED_META
+    if meta.is_file(): return json.loads(meta.read_text())["tokenizer"]["kind"]
+    return "gpt2" if _preset(args) == "bpe-gpt2" else "char"
 
 def _run_model_config(args, model_cfg: GPTConfig | None, model_given: dict, tok) -> GPTConfig:
     "The model of a new run (preset, options and `tok`'s vocabulary), or `model_cfg` once its vocabulary fits `tok`."
     if model_cfg is None:
-        return GPTConfig.from_dict({**preset_configs(args.preset)[0].to_dict(), "vocab_size": tok.vocab_size,
+        return GPTConfig.from_dict({**preset_configs(_preset(args))[0].to_dict(), "vocab_size": tok.vocab_size,
                                     **model_given})
     if model_cfg.vocab_size != tok.vocab_size:
         raise CheckpointError(f"cannot resume: the checkpoint's vocabulary has {model_cfg.vocab_size} tokens, "
@@ -245,21 +267,27 @@ def _check_splits(train_ids, val_ids, context_length: int) -> None:
                              f"context_length={context_length}")
 
 # %% ../nbs/08a_cli.ipynb #6ad25e58
+_NOT_THE_RECIPE = ("eval_interval", "eval_iters", "grad_accum_steps", "log_interval", "patience")  # may differ
+
 def _same_settings(args, model_given: dict) -> bool:
     "Whether the run uses its preset's data, model and optimisation (evaluation and accumulation may differ)."
     return (args.data == "tinyshakespeare" and not model_given and args.tokenizer in (None, _tokenizer_name(args))
-            and all(getattr(args, n) is None for n in _TRAIN_OPTIONS if n not in ("eval_interval", "eval_iters",
-                                                                                     "grad_accum_steps")))
+            and all(getattr(args, n) is None for n in _TRAIN_OPTIONS if n not in _NOT_THE_RECIPE))
 
 # %% ../nbs/08a_cli.ipynb #31928467
-def _eval_logger(log, preset: str, same: bool, bytes_per_token: tuple):
+def _eval_logger(log, preset: str, same: bool, bytes_per_token: tuple,
+                 every: bool = True, # note the band at every evaluation (a named or matched preset); else once
+                ):
     "The `on_eval(step, losses)` callback for `train`: `log` the losses (nats/token, bits/byte) and any band note."
+    noted = []
     def on_eval(step, losses):
         train_bpb, val_bpb = (bits_per_byte(losses[s], 1, b) for s, b in zip(("train", "val"), bytes_per_token))
         log(f"step {step}: train loss {losses['train']:.4f} ({train_bpb:.3f} bits/byte), "
             f"val loss {losses['val']:.4f} ({val_bpb:.3f} bits/byte)")
         note = outside_reference(preset, step, losses["val"], same_settings=same)
-        if note: log(f"note: {note}")
+        if note and (every or not noted):
+            log(f"note: {note}" + ("" if every else " (noted once)"))
+            noted.append(step)
     return on_eval
 
 # %% ../nbs/08a_cli.ipynb #e53c001d
@@ -273,7 +301,16 @@ def _card_model(ckpt: dict, path: str | Path) -> list[str]:
             f"- A decoder-only transformer language model (transformerbook `lm_head.GPT`): n_layers {m['n_layers']}, "
             f"n_heads {m['n_heads']}, d_model {m['d_model']}, context_length {m['context_length']} tokens, "
             f"vocab_size {m['vocab_size']} ({tok} tokenizer), {n_params:,} parameters.",
-            f"- Trained for {ckpt['step']:,} steps with transformerbook {ckpt.get('code_version', '?')}.", ""]
+            f"- Trained for {_steps_run(ckpt, path):,} steps with transformerbook {ckpt.get('code_version', '?')}." +
+            (f" These are the weights of step {ckpt['step']:,}, the lowest validation loss of the run's evaluations "
+             f"(`{BEST_CHECKPOINT_NAME}`); the latest state, to resume from, is `{CHECKPOINT_NAME}`."
+             if Path(path).name == BEST_CHECKPOINT_NAME else ""), ""]
+
+def _steps_run(ckpt: dict, path: str | Path) -> int:
+    "The steps the run took: the checkpoint's, or for `best.pt` those of the latest state beside it."
+    latest = Path(path).parent/CHECKPOINT_NAME
+    return load_checkpoint(latest)["step"] if Path(path).name == BEST_CHECKPOINT_NAME and latest.is_file() \
+        else ckpt["step"]
 
 # %% ../nbs/08a_cli.ipynb #7a5e05b6
 def _card_data(data: str) -> list[str]:
@@ -312,11 +349,14 @@ _CARD_USE = ["## Intended use", "",
              "trained cannot be meaningfully measured for them, and no claim of safety is made.", ""]
 
 # %% ../nbs/08a_cli.ipynb #d0b00d74
-def model_card(path: str | Path, # a checkpoint file or a run folder
+def model_card(path: str | Path, # a checkpoint file, or a run folder (its best weights, as `load_model`)
                data: str = "tinyshakespeare", # what it was trained on (a dataset name or a file)
+               latest: bool = False, # a run folder's latest state instead of its best weights
               ) -> str: # Markdown
-    """A model card (Mitchell et al. 2019) for a checkpoint: model, training data and configuration, metrics
-    (final training and validation loss, perplexity), intended use and limitations. `CheckpointError` for a bad file."""
+    """A model card (Mitchell et al. 2019) for a checkpoint, `training.model_file(path, latest)`: model (and which
+    step's weights), training data and configuration, metrics (training and validation loss, perplexity), intended
+    use and limitations. `CheckpointError` for a bad file."""
+    path = model_file(path, latest)
     ckpt = load_checkpoint(path)
     lines = [*_card_model(ckpt, path), *_card_data(data), *_card_config(ckpt["train_config"] or {}), "",
              *_card_metrics(ckpt["history"] or {}, data), "", *_CARD_USE]
@@ -357,13 +397,16 @@ def _train(args) -> int:
     log(f"{model.n_params() / 1e6:.2f}M parameters; {len(train_ids):,} training / {len(val_ids):,} validation tokens; "
         f"{device}, {train_cfg.dtype}{', compiled' if train_cfg.compile else ''}"
         f"{f', {world} processes' if world > 1 else ''}; {'resuming' if args.resume else 'writing'} {ckpt_path}")
-    on_eval = _eval_logger(log, args.preset, same=_same_settings(args, model_given), bytes_per_token=bytes_per_token)
+    same = _same_settings(args, model_given)
+    on_eval = _eval_logger(log, _preset(args), same, bytes_per_token, every=args.preset is not None or same)
     history = train(model, train_ids, val_ids, train_cfg, out_dir=out, tokenizer=tok, resume=args.resume,
                     progress=not args.no_progress, on_eval=on_eval)
     if history.steps and rank == 0:
         val_bpb = bits_per_byte(history.val_loss[-1], 1, bytes_per_token[1])
+        best = history.val_loss.index(min(history.val_loss))
         print(f"step {history.steps[-1]}: train loss {history.train_loss[-1]:.4f}, val loss {history.val_loss[-1]:.4f} "
-              f"({val_bpb:.3f} bits/byte); checkpoint {ckpt_path}")
+              f"({val_bpb:.3f} bits/byte); best val loss {history.val_loss[best]:.4f} (step {history.steps[best]}) "
+              f"in {out/BEST_CHECKPOINT_NAME}; checkpoint {ckpt_path}")
         print(f"model card {write_model_card(out, data=args.data)}", file=sys.stderr)  # chapter 11a reads it
     return 0
 
@@ -371,7 +414,10 @@ def _train(args) -> int:
 def _sample(args) -> int:
     "`transformerbook sample`: load the checkpoint, generate from the prompt, print prompt and continuation."
     from transformerbook.sampling import generate
-    model, tok = load_model(args.checkpoint, resolve_device(args.device))  # weights load on any device
+    path = model_file(args.checkpoint, args.latest)  # a run folder: its best weights, unless --latest
+    model, tok = load_model(path, resolve_device(args.device))  # weights load on any device
+    best = " (the lowest validation loss; --latest for the latest state)" if path.name == BEST_CHECKPOINT_NAME else ""
+    print(f"sampling from {path}, step {load_checkpoint(path)['step']:,}{best}", file=sys.stderr)
     if tok is None: raise CheckpointError(f"{checkpoint_file(args.checkpoint)} holds no tokenizer; cannot decode")
     if not args.prompt: raise ValueError("--prompt must not be empty")
     if args.max_new_tokens < 0: raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 0")
@@ -384,9 +430,10 @@ def _sample(args) -> int:
 # %% ../nbs/08a_cli.ipynb #fedf2f4c
 def _prepare(args) -> int:
     "`transformerbook prepare`: tokenize the corpus into token files with `prepare_data`; print how to train on them."
-    meta = prepare_data(args.data, args.out, args.tokenizer, args.val_fraction, progress=not args.no_progress)
+    meta = prepare_data(args.data, args.out, args.tokenizer, args.val_fraction, progress=not args.no_progress,
+                        allow_special=args.allow_special)
     print(f"{meta['train_tokens']:,} training / {meta['val_tokens']:,} validation tokens ({meta['dtype']}) in "
-          f"{args.out}; train with: transformerbook train --data {args.out} --tokenizer {args.tokenizer} --out DIR")
+          f"{args.out}; train with: transformerbook train --data {args.out} --out DIR")
     return 0
 
 # %% ../nbs/08a_cli.ipynb #09c0ce00

@@ -38,6 +38,7 @@ __all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_fil
 def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that must not be drawn
                        # one generator, or one per row
                        generator: torch.Generator | Sequence[torch.Generator] | None = None,
+                       check: bool = True, # False skips the NaN test, a host read (`generate` makes it once)
                       ) -> Tensor: # (B,) int64 token ids
     """Draw one token per row from softmax(logits) by inverse-CDF sampling: one uniform number per row.
 
@@ -47,7 +48,7 @@ def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that mu
         raise ValueError(f"logits must have shape (B, V), got {tuple(logits.shape)}")
     B, V = logits.shape
     probs = torch.softmax(logits.double(), dim=-1)  # (B, V); float64 so the running sum reaches 1 accurately
-    if torch.isnan(probs).any():
+    if check and torch.isnan(probs).any():
         rows = torch.nonzero(torch.isnan(probs).any(-1)).flatten().tolist()
         raise ValueError(f"rows {rows} of logits are all -inf or contain NaN: nothing can be sampled")
     if isinstance(generator, (list, tuple)):
@@ -308,9 +309,10 @@ def _next_token(logits: Tensor, # (B, V) float
                 temperature: float, top_k: int | None, top_p: float | None, # as `generate`'s
                 generator: torch.Generator | Sequence[torch.Generator] | None,
                ) -> Tensor: # (B,) int64 token ids, on the device of `logits`
-    "Greedy (temperature 0, J&M eq. 10.46) or a draw from the warped distribution (eqs. 10.47–10.49)."
+    """Greedy (temperature 0, J&M eq. 10.46) or a draw from the warped distribution (eqs. 10.47–10.49). Reads nothing
+    back to the host: `generate` checks the logits for NaN once, after its loop."""
     if temperature == 0: return logits.argmax(-1)
-    return sample_from_logits(warp_logits(logits, temperature, top_k, top_p), generator).to(logits.device)
+    return sample_from_logits(warp_logits(logits, temperature, top_k, top_p), generator, check=False).to(logits.device)
 
 # %% ../nbs/07_sampling.ipynb #e58b1b74
 def _retire_finished(next_ids: Tensor, # (B,) the tokens just picked
@@ -348,14 +350,17 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
     ids, mask, positions, finished = _generation_buffers(prompt, prompt_mask, max_new_tokens, pad)  # (B, P + n), (B,)
     padded = not bool(prompt_mask.all())  # one host sync, here rather than at every step
     cache, N = None, prompt.shape[1]  # N: columns filled so far
+    nan = torch.zeros((), dtype=torch.bool, device=prompt.device)  # set on the device; read once, after the loop
     with eval_mode(model):  # no dropout while generating
         for _ in range(max_new_tokens):
             logits, cache = _next_logits(model, ids, mask, positions, N, cache, padded, use_kv_cache)  # (B, V)
             next_ids = _next_token(logits, temperature, top_k, top_p, generator)  # (B,)
+            if temperature > 0: nan |= logits.isnan().any()
             if eos_token_id is not None: next_ids, finished = _retire_finished(next_ids, finished, eos_token_id, pad)
             ids[:, N] = next_ids  # (B,) into column N
             N += 1
             if eos_token_id is not None and finished.all(): break
+    if nan: raise ValueError("the model's logits contain NaN: nothing can be sampled")
     return ids[:, :N].contiguous()  # (B, N): a copy only if generation stopped early
 
 # %% ../nbs/07_sampling.ipynb #80b97875

@@ -20,6 +20,7 @@ Docs: https://transformerbook.github.io/transformerbook/tokenization.html.md"""
 # %% ../nbs/05a_tokenization.ipynb #36f03358
 from __future__ import annotations
 
+import itertools
 import json
 import types
 import warnings
@@ -121,10 +122,14 @@ class TiktokenGPT2:
         if allow_special: return self.encoding.encode(text, allowed_special={END_OF_TEXT})
         return self.encoding.encode_ordinary(text)
 
-    def encode_iterable(self, chunks) -> Iterator[int]:
-        """Ids of the concatenated text `chunks` (e.g. an open file), yielded lazily, equal to `encode` on the whole
-        text: each chunk is encoded up to its last safe cut (`stable_prefix_end`), the rest waits for the next chunk."""
-        yield from _encode_stream(self.encoding.encode_ordinary, GPT2_PAT_STR, chunks)
+    def encode_iterable(self, chunks, allow_special: bool = False) -> Iterator[int]:
+        """Ids of the concatenated text `chunks` (e.g. an open file), yielded lazily, equal to `encode(text,
+        allow_special)` on the whole text: each chunk is encoded up to its last safe cut (`stable_prefix_end`), the
+        rest waits for the next chunk."""
+        if allow_special:
+            yield from _encode_stream_specials(self.encoding.encode_ordinary, GPT2_PAT_STR, chunks,
+                                               {END_OF_TEXT: self.eos_token_id})
+        else: yield from _encode_stream(self.encoding.encode_ordinary, GPT2_PAT_STR, chunks)
 
     def decode(self, ids) -> str:
         "The text of `ids`; raises `ValueError` for an id outside [0, vocab_size)."
@@ -170,6 +175,34 @@ def _encode_stream(encode, pat: str, chunks) -> Iterator[int]:
             yield from encode(carry[:cut])
             carry = carry[cut:]
     yield from encode(carry)
+
+# %% ../nbs/05a_tokenization.ipynb #0666806d
+def _special_pieces(chunks, specials) -> Iterator[tuple[bool, str]]:
+    """(is_special, text) pieces of the concatenated `chunks`: each special-token string of `specials` whole (longest
+    first), the text between in pieces; a chunk's tail that may begin a special token waits for the next chunk."""
+    split = regex.compile("(" + "|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True)) + ")")
+    longest, carry = max(map(len, specials)), ""
+    for chunk in chunks:
+        if not isinstance(chunk, str): raise TypeError(f"chunks must be str, got {type(chunk).__name__}")
+        parts = split.split(carry + chunk)  # text, special, text, ..., text
+        tail = parts[-1]
+        keep = next((k for k in range(min(len(tail), longest - 1), 0, -1)
+                     if any(s.startswith(tail[-k:]) for s in specials)), 0)
+        parts[-1], carry = tail[:len(tail) - keep], tail[len(tail) - keep:]
+        for i, part in enumerate(parts):
+            if part or i % 2: yield i % 2 == 1, part
+    if carry: yield False, carry
+
+def _encode_stream_specials(encode, pat: str, chunks, specials: dict) -> Iterator[int]:
+    """`_encode_stream` in which every special-token string (`specials`: string -> id) becomes its id and the text
+    between is encoded on its own, as `encode(text, allow_special=True)` does on the whole text. No specials:
+    `_encode_stream`."""
+    if not specials:
+        yield from _encode_stream(encode, pat, chunks)
+        return
+    for special, group in itertools.groupby(_special_pieces(chunks, specials), key=lambda piece: piece[0]):
+        if special: yield from (specials[s] for _, s in group)
+        else: yield from _encode_stream(encode, pat, (s for _, s in group))
 
 # %% ../nbs/05a_tokenization.ipynb #68c24198
 def get_pair_counts(ids: list[int], # token ids
@@ -461,9 +494,10 @@ class BPETokenizer(BasicBPETokenizer):
         if not allow_special or not self.special_tokens: return self.encode_ordinary(text)
         return _encode_with_specials(text, self.special_tokens, self.encode_ordinary)
 
-    def encode_iterable(self, chunks) -> Iterator[int]:
-        "Ids of `chunks` joined, lazily, as `encode_ordinary` gives; memory bounded by a chunk (see `_encode_stream`)."
-        yield from _encode_stream(self.encode_ordinary, self.pattern, chunks)
+    def encode_iterable(self, chunks, allow_special: bool = False) -> Iterator[int]:
+        "Ids of `chunks` joined, lazily, as `encode(text, allow_special)` gives; memory bounded by a chunk."
+        yield from _encode_stream_specials(self.encode_ordinary, self.pattern, chunks,
+                                           self.special_tokens if allow_special else {})
     @classmethod
     def from_gpt2(cls) -> "BPETokenizer":
         "GPT-2's tokenizer rebuilt from `vocab.bpe` and `encoder.json` (via `data_path`; `ChecksumError` if corrupt)."

@@ -3,9 +3,12 @@ forcing, batching and packing, AdamW with warm-up and cosine decay, checkpoints 
 
 **In the package** (`transformerbook.training`): `train(model, train_data, val_data, train_cfg)`, with `train_cfg` a
 `TrainConfig`, runs the loop (AdamW from `configure_optimizer`, the schedule `lr_at`, one `train_step` per batch with
-gradient accumulation and clipping, `estimate_loss` at every evaluation) and returns a `TrainHistory`; a new run's settings come from `new_run_config`, a resumed run's from
+gradient accumulation and clipping, `estimate_loss` at every evaluation) and returns a `TrainHistory`; a new run's settings come from `new_run_config`
+(a warm-up longer than the decay is shortened by `fit_warmup`), a resumed run's from
 `resume_config` (only the `RESUMABLE` settings may change). With `out_dir` it writes checkpoints (`save_checkpoint`,
-`load_checkpoint`, `checkpoint_file`, `load_model`) and can resume exactly. A NaN loss raises
+`load_checkpoint`, `checkpoint_file`) and can resume exactly; the weights with the best validation loss are kept
+beside them (`BEST_CHECKPOINT_NAME`, `best_file`), and `load_model` / `model_file` prefer them for a run folder.
+A NaN loss raises
 `TrainingDivergedError`; an unusable checkpoint raises `CheckpointError`. Data: `load_dataset` (the names in
 `DATASETS`), `prepare_data` / `load_prepared` for a corpus of any size in memory-mapped token files (`PREPARED_META`),
 `get_batch` for (B, T) windows, `pack_documents` for `<|endoftext|>`-separated documents, and `cross_entropy_loss`
@@ -48,18 +51,19 @@ from .data import (END_OF_TEXT_ID, ChecksumError, DataUnavailableError, load_tin
 from .lm_head import GPT, GPTConfig, eval_mode
 from .model_cache import run_dir
 from .tokenization import CharTokenizer, TiktokenGPT2, tokenizer_from_dict
-from .validation import (check_choice, check_int_in_range, check_nonnegative_int, check_positive_int,
-                                        check_positive_ints, is_int, is_number)
+from .validation import (check_choice, check_ids, check_ids_below, check_int_in_range,
+                                        check_nonnegative_int, check_positive_int, check_positive_ints, is_int,
+                                        is_number)
 
 # %% auto #0
-__all__ = ['DATASETS', 'PREPARED_META', 'DTYPES', 'CHECKPOINT_NAME', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'RESUMABLE',
-           'PRESETS', 'cross_entropy_loss', 'get_batch', 'pack_documents', 'load_dataset', 'prepare_data',
-           'load_prepared', 'TrainConfig', 'lr_at', 'configure_optimizer', 'estimate_loss', 'CheckpointError',
-           'TrainingDivergedError', 'checkpoint_file', 'TrainHistory', 'save_checkpoint', 'load_checkpoint',
-           'load_model', 'resume_config', 'new_run_config', 'batch_slice', 'check_batch_split', 'train_step', 'train',
-           'resolve_device', 'setup_distributed', 'baby_gpt_configs', 'preset_configs', 'bits_per_byte',
-           'reference_band', 'outside_reference', 'cached_run_dir', 'cached_run', 'shakespeare_model',
-           'cached_shakespeare_model']
+__all__ = ['DATASETS', 'PREPARED_META', 'DTYPES', 'CHECKPOINT_NAME', 'BEST_CHECKPOINT_NAME', 'CHECKPOINT_FORMAT',
+           'CHECKPOINT_VERSION', 'RESUMABLE', 'PRESETS', 'cross_entropy_loss', 'get_batch', 'pack_documents',
+           'load_dataset', 'prepare_data', 'load_prepared', 'TrainConfig', 'lr_at', 'configure_optimizer',
+           'estimate_loss', 'CheckpointError', 'TrainingDivergedError', 'checkpoint_file', 'best_file', 'TrainHistory',
+           'save_checkpoint', 'load_checkpoint', 'model_file', 'load_model', 'resume_config', 'fit_warmup',
+           'new_run_config', 'batch_slice', 'check_batch_split', 'train_step', 'train', 'resolve_device',
+           'setup_distributed', 'baby_gpt_configs', 'preset_configs', 'bits_per_byte', 'reference_band',
+           'outside_reference', 'cached_run_dir', 'cached_run', 'shakespeare_model', 'cached_shakespeare_model']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
 def _is_integer_tensor(x) -> bool:
@@ -211,7 +215,9 @@ def _split_chunks(fh, split: str, # the open file; "train" or "val"
 def _tokenize_files(files: list[Path], tok, # a tokenizer with `encode_iterable`
                     out_dir: Path, # gets .train.bin.tmp and .val.bin.tmp
                     train_bytes: int, # the first this many UTF-8 bytes of the corpus go to training
-                    dtype, bar) -> tuple[dict, dict]: # the tokens and the bytes written per split
+                    dtype, bar,
+                    allow_special: bool = False, # GPT-2: a literal <|endoftext|> in the text is the end-of-text id
+                   ) -> tuple[dict, dict]: # the tokens and the bytes written per split
     """Encode `files` in order into the two temporary token files as raw `dtype` ids, 65,536 ids at a time; with GPT-2's
     tokenizer every file ends with `<|endoftext|>`."""
     counts, nbytes = {"train": 0, "val": 0}, {"train": 0, "val": 0}
@@ -227,7 +233,8 @@ def _tokenize_files(files: list[Path], tok, # a tokenizer with `encode_iterable`
         for f in files:
             with open(f, encoding="utf-8", newline="") as fh:
                 for split in ("train", "val"):
-                    ids = tok.encode_iterable(_split_chunks(fh, split, train_left, nbytes, bar))
+                    chunks = _split_chunks(fh, split, train_left, nbytes, bar)
+                    ids = tok.encode_iterable(chunks, **({"allow_special": True} if allow_special else {}))
                     while batch := list(itertools.islice(ids, 1 << 16)): write(split, batch)
                     if split == "train" and train_left[0] > 0: break  # the file ended before the split point
                 if isinstance(tok, TiktokenGPT2): write("train" if train_left[0] > 0 else "val", [tok.eos_token_id])
@@ -241,10 +248,13 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
                  tokenizer: str = "char", # "char" (vocabulary from the corpus) or "gpt2" (tiktoken's GPT-2 BPE)
                  val_fraction: float = 0.1, # the last share of the bytes, for validation
                  progress: bool = True,
+                 allow_special: bool = False, # "gpt2" only: the text's literal <|endoftext|> become the end-of-text id
                 ) -> dict: # the metadata written to meta.json
     """Tokenize a corpus once into memory-mappable token files, reading 1 MB at a time (memory bounded whatever the
     corpus size). Raises `ValueError` for a missing source, an empty corpus or a bad tokenizer / val_fraction."""
     check_choice("tokenizer", tokenizer, ("char", "gpt2"))
+    if allow_special and tokenizer != "gpt2":
+        raise ValueError(f"allow_special needs the gpt2 tokenizer (it has <|endoftext|>), not {tokenizer!r}")
     if not 0 < val_fraction < 1: raise ValueError(f"val_fraction={val_fraction} must be in (0, 1)")
     source, out_dir = Path(source), Path(out_dir)
     files = _text_files(source)
@@ -254,14 +264,15 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
     dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
     out_dir.mkdir(parents=True, exist_ok=True)
     bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc=f"tokenizing {source.name}")
-    try: counts, nbytes = _tokenize_files(files, tok, out_dir, int(total * (1 - val_fraction)), dtype, bar)
+    try: counts, nbytes = _tokenize_files(files, tok, out_dir, int(total * (1 - val_fraction)), dtype, bar,
+                                          allow_special)
     finally: bar.close()
     if counts["train"] == 0 or counts["val"] == 0:
         raise ValueError(f"the corpus {source} is too small to split ({counts['train']} / {counts['val']} tokens)")
     for s in counts: os.replace(out_dir/f".{s}.bin.tmp", out_dir/f"{s}.bin")
     meta = {"tokenizer": tok.to_dict(), "dtype": np.dtype(dtype).name, "source": str(source), "files": len(files),
             "train_tokens": counts["train"], "val_tokens": counts["val"], "train_bytes": nbytes["train"],
-            "val_bytes": nbytes["val"]}
+            "val_bytes": nbytes["val"], "allow_special": allow_special}
     (out_dir/PREPARED_META).write_text(json.dumps(meta, indent=1))
     return meta
 
@@ -299,6 +310,8 @@ class TrainConfig:
     grad_accum_steps: int = 1  # the batch of one optimizer step is computed in this many slices (same gradient)
     dtype: str = "float32"  # "float32", or autocast to "bfloat16" / "float16" (with a gradient scaler); see 08b
     compile: bool = False  # run the training step through `torch.compile`; see 08b
+    log_interval: int = 10  # the step losses reach the host every this many steps (the only read of the step path)
+    patience: int | None = None  # stop after this many evaluations without a lower validation loss; None: never
 
     def __post_init__(self):
         "Type errors name the field and value (`TypeError`); out-of-range values raise `ValueError`."
@@ -321,12 +334,13 @@ class TrainConfig:
 # %% ../nbs/08_training.ipynb #fd7bccdc
 def _check_train_config(cfg: TrainConfig) -> None:
     "`TrainConfig`'s checks: `TypeError` naming the field and value, `ValueError` for one out of range."
-    ints = ("max_iters", "batch_size", "warmup_iters", "eval_interval", "eval_iters", "seed", "grad_accum_steps")
+    ints = ("max_iters", "batch_size", "warmup_iters", "eval_interval", "eval_iters", "seed", "grad_accum_steps",
+            "log_interval")
     floats = ("learning_rate", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip")
-    for name in (*ints, "lr_decay_iters"):
-        value = getattr(cfg, name)
-        if not is_int(value) and not (name == "lr_decay_iters" and value is None):
-            raise TypeError(f"{name}={value!r} must be an int{' or None' if name == 'lr_decay_iters' else ''}, "
+    for name in (*ints, "lr_decay_iters", "patience"):
+        value, may_be_none = getattr(cfg, name), name in ("lr_decay_iters", "patience")
+        if not is_int(value) and not (may_be_none and value is None):
+            raise TypeError(f"{name}={value!r} must be an int{' or None' if may_be_none else ''}, "
                             f"not {type(value).__name__}")
     for name in floats:
         value = getattr(cfg, name)
@@ -334,8 +348,9 @@ def _check_train_config(cfg: TrainConfig) -> None:
             raise TypeError(f"{name}={value!r} must be a number, not {type(value).__name__}")
         if not math.isfinite(value): raise ValueError(f"{name}={value!r} must be finite")
     for name, low in (("max_iters", 1), ("batch_size", 1), ("warmup_iters", 0), ("eval_interval", 1),
-                      ("eval_iters", 1), ("grad_accum_steps", 1)):
+                      ("eval_iters", 1), ("grad_accum_steps", 1), ("log_interval", 1)):
         check_int_in_range(name, getattr(cfg, name), low)
+    if cfg.patience is not None: check_int_in_range("patience", cfg.patience, 1)
     if not cfg.learning_rate > 0: raise ValueError(f"learning_rate={cfg.learning_rate} must be > 0")
     if not 0 <= cfg.min_lr <= cfg.learning_rate:
         raise ValueError(f"min_lr={cfg.min_lr} must be in [0, learning_rate={cfg.learning_rate}]")
@@ -374,36 +389,73 @@ def configure_optimizer(model: nn.Module, train_cfg: TrainConfig) -> torch.optim
     return torch.optim.AdamW(groups, lr=train_cfg.learning_rate, betas=(train_cfg.beta1, train_cfg.beta2),
                              fused=fused)
 
+# %% ../nbs/08_training.ipynb #ad553a1e
+def _base_model(model: nn.Module) -> nn.Module:
+    "The model inside a `DistributedDataParallel` (`.module`) and/or compiled (`._orig_mod`) wrapper."
+    model = getattr(model, "module", model)
+    return getattr(model, "_orig_mod", model)
+
+def _unchecked(model: nn.Module) -> dict:
+    "Keyword arguments that skip a GPT's own id checks (its caller checked the batch on the host); {} for other models."
+    return {"validate": False} if isinstance(_base_model(model), GPT) else {}
+
+def _checked_batch(token_ids: Tensor, targets: Tensor, # (B, T) integer ids, from the reader
+                   vocab_size: int) -> tuple[Tensor, Tensor]: # the same tensors, checked
+    """`ValueError` naming the first token id outside [0, vocab_size), or target outside it (-100, cross-entropy's
+    ignore_index, allowed), `TypeError` for non-integer ids. A batch still on the host is checked there, in numpy:
+    no device is waited for; one already on an accelerator is checked with host reads (a custom `batch_fn`)."""
+    check_ids("token_ids", token_ids)
+    check_ids("targets", targets)
+    if token_ids.device.type != "cpu": check_ids_below(token_ids, "vocab_size", vocab_size)
+    else:
+        for what, ids, ignore in (("token id", token_ids.numpy(), None), ("target", targets.numpy(), -100)):
+            bad = (ids < 0) | (ids >= vocab_size)
+            if ignore is not None: bad &= ids != ignore
+            if bad.any(): raise ValueError(f"{what} {ids[bad][0]} is outside [0, vocab_size={vocab_size})")
+    return token_ids, targets
+
+def _to_device(token_ids: Tensor, targets: Tensor, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Both on `device`. To a GPU from pinned (page-locked) host memory with `non_blocking=True`: the copy is queued
+    behind the GPU's work instead of making the host wait for it. On a CPU (or already there) nothing is copied."""
+    if device.type != "cuda" or token_ids.device.type != "cpu": return token_ids.to(device), targets.to(device)
+    return tuple(t.pin_memory().to(device, non_blocking=True) for t in (token_ids, targets))
+
+
 # %% ../nbs/08_training.ipynb #3f79c171
 @torch.no_grad()
-def estimate_loss(model: nn.Module, # a GPT (its config gives context_length)
+def estimate_loss(model: nn.Module, # a GPT, or the compiled module that runs it (its config gives context_length)
                   splits: dict, # name -> (N,) int64 token ids, e.g. {"train": ..., "val": ...}
                   batch_size: int, # B
                   eval_iters: int, # batches per split
                   seed: int = 0, # the batches are drawn from a fresh generator with this seed: the same ones every call
                  ) -> dict: # name -> mean loss (nats per token)
-    "Mean cross-entropy over `eval_iters` random batches of each split, in eval mode (no dropout); restores the mode."
-    T, device = model.config.context_length, next(model.parameters()).device
+    """Mean cross-entropy over `eval_iters` random batches of each split, in eval mode (no dropout); restores the mode.
+    Each batch's ids are checked on the host (`ValueError` naming one outside the vocabulary); the losses are summed on
+    the device and read once per split, so a GPU is never left waiting batch by batch."""
+    base = _base_model(model)
+    T, V, device = base.config.context_length, base.config.vocab_size, next(model.parameters()).device
     out = {}
     with eval_mode(model):  # the mode is restored also when an error (or Ctrl-C) interrupts the evaluation
         for name, data in splits.items():
             gen = torch.Generator().manual_seed(seed)
-            losses = []
+            total = torch.zeros((), device=device)
             for _ in range(eval_iters):
-                token_ids, targets = get_batch(data, batch_size, T, gen)
-                logits = model(token_ids.to(device))  # (B, T, V)
-                losses.append(F.cross_entropy(logits.flatten(0, 1).float(), targets.to(device).flatten()).item())
-            out[name] = sum(losses) / len(losses)
+                token_ids, targets = _to_device(*_checked_batch(*get_batch(data, batch_size, T, gen), V), device)
+                logits = model(token_ids, **_unchecked(model))  # (B, T, V); the ids were checked above
+                total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+            out[name] = total.item() / eval_iters  # the split's one host read
     return out
+
 
 # %% ../nbs/08_training.ipynb #50bc577e
 class CheckpointError(ValueError):
     "A checkpoint is missing, corrupt, from another format, or incompatible with the run that wants to use it."
 
 class TrainingDivergedError(RuntimeError):
-    "The training loss became NaN or infinite; training stopped before the bad update was applied."
+    "The training loss became NaN or infinite; training stopped, the bad update skipped and no checkpoint written."
 
-CHECKPOINT_NAME = "ckpt.pt"  # file name inside a run's output folder
+CHECKPOINT_NAME = "ckpt.pt"  # file name inside a run's output folder: the latest state, to resume from
+BEST_CHECKPOINT_NAME = "best.pt"  # beside it: the weights with the lowest validation loss so far (no optimizer)
 CHECKPOINT_FORMAT = "transformerbook.checkpoint"
 CHECKPOINT_VERSION = 1
 
@@ -414,6 +466,10 @@ def checkpoint_file(path: str | Path) -> Path:
     path = Path(path)
     is_folder = path.is_dir() or (not path.exists() and not path.suffix)
     return path/CHECKPOINT_NAME if is_folder else path
+
+def best_file(path: str | Path) -> Path:
+    "The best-weights file of the run whose checkpoint `path` means: `best.pt` beside `checkpoint_file(path)`."
+    return checkpoint_file(path).parent/BEST_CHECKPOINT_NAME
 
 # %% ../nbs/08_training.ipynb #55cee395
 @dataclass
@@ -510,12 +566,23 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 # %% ../nbs/08_training.ipynb #ecefb091
-def load_model(path: str | Path, # a checkpoint file or a run folder
+def model_file(path: str | Path, # a checkpoint file or a run folder
+               latest: bool = False, # a run folder's latest state (`ckpt.pt`) rather than its best weights
+              ) -> Path: # the checkpoint file `load_model(path, latest=latest)` reads
+    """A run folder means its best weights (`best.pt`, the lowest validation loss of its evaluations) when it has them
+    and `latest` is False, else its latest state (`ckpt.pt`); a file means itself."""
+    best = Path(path)/BEST_CHECKPOINT_NAME
+    return best if not latest and Path(path).is_dir() and best.is_file() else checkpoint_file(path)
+
+def load_model(path: str | Path, # a checkpoint file, or a run folder (its best weights unless `latest`)
                device: str | torch.device = "cpu",
+               latest: bool = False, # a run folder's latest state instead of its best weights
               ) -> tuple: # (GPT in eval mode, tokenizer or None)
-    """Rebuild the model (and its tokenizer) saved in a checkpoint. Raises `CheckpointError` for a bad checkpoint;
+    """Rebuild the model (and its tokenizer) saved in a checkpoint, `model_file(path, latest)`: the step it is from
+    is `load_checkpoint(model_file(path))["step"]`. Raises `CheckpointError` for a bad checkpoint;
     `DataUnavailableError` / `ChecksumError` pass through unchanged when a GPT-2 tokenizer's files are missing or
     corrupt (the checkpoint is fine, the data is not)."""
+    path = model_file(path, latest)
     ckpt = load_checkpoint(path)
     try:
         model = GPT(GPTConfig.from_dict(ckpt["model_config"]))
@@ -535,7 +602,8 @@ def load_model(path: str | Path, # a checkpoint file or a run folder
     return model.to(device).eval(), tokenizer
 
 # %% ../nbs/08_training.ipynb #01d188d9
-RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "grad_accum_steps", "dtype", "compile")  # may change on resume
+RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "grad_accum_steps", "dtype", "compile", "log_interval",
+             "patience")  # may change on resume
 
 def resume_config(saved: dict, # the checkpoint's `train_config`
                   changes: dict, # the settings this run asks for: a whole `TrainConfig.to_dict()` or just some options
@@ -570,16 +638,25 @@ def _check_resumable(ckpt: dict, model: GPT, tokenizer, path: Path) -> None:
         raise CheckpointError(f"cannot resume from {path}: it was trained with another tokenizer")
 
 # %% ../nbs/08_training.ipynb #7bbe0124
+def fit_warmup(settings: dict, # `TrainConfig` fields (all, or the ones a command line gave plus its preset's)
+              ) -> tuple[dict, list[str]]: # the settings with a warm-up that ends before the decay; notes
+    """A warm-up longer than the cosine decay (`lr_decay_iters`, or `max_iters` when that is None) becomes a tenth of
+    the decay length, whichever options set the two (`--max-iters 40`, or `--max-iters 2 --lr-decay-iters 2` on a
+    preset with 100 warm-up steps); a note says so."""
+    given = settings.get("lr_decay_iters")
+    decay = settings["max_iters"] if given is None else given
+    if settings["warmup_iters"] <= decay: return settings, []
+    what = f"max_iters={decay}): the run is shorter than its warm-up" if given is None else \
+        f"the decay length {decay}): the learning rate would finish decaying before the warm-up ended"
+    note = f"warm-up shortened from {settings['warmup_iters']} to {decay // 10} steps (a tenth of {what}"
+    return {**settings, "warmup_iters": decay // 10}, [note]
+
 def new_run_config(train_cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
     """The settings a new run uses, and a note for each one it had to adapt: `lr_decay_iters=None` becomes
-    `max_iters` (recorded in the checkpoint, so a resume keeps the schedule), and a run shorter than its warm-up
-    (`--max-iters 40` with the default 100 warm-up steps) gets a warm-up of a tenth of its steps instead."""
-    notes = []
-    if train_cfg.lr_decay_iters is None and train_cfg.warmup_iters > train_cfg.max_iters:
-        warmup = train_cfg.max_iters // 10
-        notes.append(f"warm-up shortened from {train_cfg.warmup_iters} to {warmup} steps (a tenth of "
-                     f"max_iters={train_cfg.max_iters}): the run is shorter than its warm-up")
-        train_cfg = replace(train_cfg, warmup_iters=warmup, lr_decay_iters=train_cfg.max_iters)
+    `max_iters` (recorded in the checkpoint, so a resume keeps the schedule), and a warm-up longer than the run
+    (`--max-iters 40` with the default 100 warm-up steps) is shortened by `fit_warmup`."""
+    settings, notes = fit_warmup(train_cfg.to_dict())
+    train_cfg = TrainConfig.from_dict(settings)
     return replace(train_cfg, lr_decay_iters=train_cfg.decay_iters), notes
 
 def batch_slice(batch_size: int, # B, the windows of one optimizer step (all ranks, all accumulation steps)
@@ -649,6 +726,7 @@ class _Run:
     world: int  # number of data-parallel processes
     ckpt_path: Path | None  # written at every evaluation (None: no checkpoints)
     tokenizer: object  # stored in the checkpoints
+    pending: list = field(default_factory=list)  # the step losses not yet read to the host (device scalars)
 
 def _setup_run(model: GPT, train_cfg: TrainConfig, out_dir, tokenizer, resume: bool) -> _Run:
     "A new run's state, seeding dropout; or a resumed run's, with the weights, optimizer and random states restored."
@@ -661,6 +739,7 @@ def _setup_run(model: GPT, train_cfg: TrainConfig, out_dir, tokenizer, resume: b
     run = _Run(train_cfg, optimizer, scaler, torch.Generator().manual_seed(train_cfg.seed), TrainHistory(), 0, rank,
                world, ckpt_path, tokenizer)
     if ckpt is None:
+        if ckpt_path is not None and rank == 0: best_file(ckpt_path).unlink(missing_ok=True)  # not this run's best
         torch.manual_seed(train_cfg.seed + rank)  # dropout masks (on every device); each rank its own stream
         return run
     model.load_state_dict(ckpt["model"])
@@ -671,18 +750,21 @@ def _setup_run(model: GPT, train_cfg: TrainConfig, out_dir, tokenizer, resume: b
     return run
 
 # %% ../nbs/08_training.ipynb #809f59ed
-def _wrap_model(model: GPT, train_cfg: TrainConfig, world: int) -> nn.Module:
-    "The module the step calls: `model`, compiled and/or wrapped for data parallelism. Puts `model` in train mode."
-    step_model = torch.compile(model) if train_cfg.compile else model
+def _wrap_model(model: GPT, train_cfg: TrainConfig, world: int) -> tuple[nn.Module, nn.Module]:
+    """(the module the step calls: `model` compiled and/or wrapped for data parallelism; the module evaluation calls:
+    `model` compiled, never wrapped). Puts `model` in train mode."""
+    compiled = torch.compile(model) if train_cfg.compile else model
+    step_model = compiled
     if world > 1:
         device = next(model.parameters()).device
-        step_model = DistributedDataParallel(step_model, device_ids=[device.index] if device.type == "cuda" else None)
+        step_model = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None)
     model.train()
-    return step_model
+    return step_model, compiled
 
 def _autocast(device: torch.device, dtype: str):
     "`torch.autocast` to `DTYPES[dtype]` on `device`'s kind; disabled for float32."
     return torch.autocast(device.type, dtype=DTYPES[dtype], enabled=dtype != "float32")
+
 
 # %% ../nbs/08_training.ipynb #0dc61a94
 def _accumulate_gradients(model: nn.Module, token_ids: Tensor, targets: Tensor, # (b, T) int64 each: this rank's rows
@@ -698,7 +780,7 @@ def _accumulate_gradients(model: nn.Module, token_ids: Tensor, targets: Tensor, 
         rows = slice(i * micro, (i + 1) * micro)
         with sync:
             with _autocast(device, train_cfg.dtype):
-                logits = model(token_ids[rows].to(device))  # (b, T, V)
+                logits = model(token_ids[rows].to(device), **_unchecked(model))  # (b, T, V); ids checked
                 # eq. 10.51
                 loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[rows].to(device).flatten())
             scaler.scale(loss / train_cfg.grad_accum_steps).backward()  # sums to the mean over the batch
@@ -714,31 +796,48 @@ def train_step(model: nn.Module, # the GPT, or the compiled / `DistributedDataPa
                lr: float, # this step's learning rate, `lr_at(step, train_cfg)`
                scaler: torch.amp.GradScaler | None = None, # float16's loss scaler (None: no scaling)
                world: int = 1, # data-parallel processes (their losses are averaged)
-              ) -> Tensor: # scalar: the batch's mean loss, before the update
+              ) -> Tensor: # scalar on the device: the batch's mean loss, before the update
     """One AdamW step on one batch: gradients of the mean cross-entropy (J&M eq. 10.51) accumulated over
-    `grad_accum_steps` slices, the global gradient norm clipped to `grad_clip` (0: no clipping). A NaN or infinite
-    loss is returned without updating the weights."""
-    if scaler is None: scaler = torch.amp.GradScaler(next(model.parameters()).device.type, enabled=False)
+    `grad_accum_steps` slices, the global gradient norm clipped to `grad_clip` (0: no clipping). The ids are checked
+    on the host and copied to the device (`ValueError` for one outside the vocabulary). Nothing is read back: a NaN or
+    infinite loss is returned and the update skipped on the device (the `found_inf` flag of a fused AdamW, or of the
+    float16 scaler; an unfused optimizer reads the loss once), so the caller decides when to look."""
+    device = next(model.parameters()).device
+    if scaler is None: scaler = torch.amp.GradScaler(device.type, enabled=False)
+    token_ids, targets = _to_device(*_checked_batch(token_ids, targets, _base_model(model).config.vocab_size), device)
     for group in optimizer.param_groups: group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
     loss = _accumulate_gradients(model, token_ids, targets, train_cfg, scaler, world)
     if world > 1: dist.all_reduce(loss, op=dist.ReduceOp.AVG)  # the loss of the global batch
-    if not torch.isfinite(loss): return loss  # the caller stops before a bad update
     if train_cfg.grad_clip > 0:
         scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
         torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
-    scaler.step(optimizer)  # skips the step if a float16 gradient overflowed
+    _skip_if_not_finite(optimizer, scaler, loss, lambda: scaler.step(optimizer))  # float16: skipped on overflow
     scaler.update()
     return loss
 
+def _skip_if_not_finite(optimizer, scaler, loss: Tensor, step) -> None:
+    "Run `step()` unless `loss` is not finite, deciding on the device where the optimizer lets us (no host read)."
+    if scaler.is_enabled(): return step()  # the scaler's own found_inf skips a step whose gradients overflowed
+    if not optimizer.defaults.get("fused"):
+        if torch.isfinite(loss): step()  # an unfused optimizer has no device-side switch: one host read
+        return
+    optimizer.found_inf = (~torch.isfinite(loss)).float()  # fused AdamW skips its update (and its step count) if 1
+    try: step()
+    finally: del optimizer.found_inf
+
+
 # %% ../nbs/08_training.ipynb #155cc2d3
-def _evaluate(model: GPT, splits: dict, run: _Run, step: int, bar=None, on_eval=None) -> dict | None:
-    "Evaluation at `step`: the losses of both splits (rank 0; None on the others), recorded, shown and checkpointed."
+def _evaluate(model: nn.Module, # the GPT, or its compiled module (evaluation runs what training runs)
+              splits: dict, run: _Run, step: int, bar=None, on_eval=None) -> dict | None:
+    """Evaluation at `step`: the losses of both splits (rank 0; None on the others), recorded, shown and checkpointed;
+    the weights are also written to `best.pt` when the validation loss is the lowest so far."""
     rank_rng = _gather_rng(run.world)  # a collective: every rank takes part
     if run.rank > 0: return None
     cfg = run.train_cfg
     with _autocast(next(model.parameters()).device, cfg.dtype):
         losses = estimate_loss(model, splits, cfg.batch_size, cfg.eval_iters, cfg.seed + 1)
+    best = not run.history.val_loss or losses["val"] < min(run.history.val_loss)
     run.history.steps.append(step)
     run.history.train_loss.append(losses["train"])
     run.history.val_loss.append(losses["val"])
@@ -747,14 +846,23 @@ def _evaluate(model: GPT, splits: dict, run: _Run, step: int, bar=None, on_eval=
     if run.ckpt_path is not None:
         save_checkpoint(run.ckpt_path, model, run.optimizer, step, cfg, run.tokenizer, run.history, run.gen, run.scaler,
                         rank_rng)
+        if best: save_checkpoint(best_file(run.ckpt_path), model, None, step, cfg, run.tokenizer, run.history)
     return losses
+
+def _out_of_patience(run: _Run) -> bool:
+    "Whether the last `patience` evaluations all failed to lower the validation loss (rank 0 decides for every rank)."
+    val, patience = run.history.val_loss, run.train_cfg.patience
+    stop = [patience is not None and run.rank == 0 and len(val) - 1 - val.index(min(val)) >= patience]
+    if run.world > 1: dist.broadcast_object_list(stop, src=0)
+    return stop[0]
+
 
 # %% ../nbs/08_training.ipynb #c8ea8961
 def train(model: GPT, # trained in place (on its own device)
           train_data: Tensor | np.ndarray, # (N,) integer token ids (a tensor, or a `numpy.memmap` of a token file)
           val_data: Tensor | np.ndarray, # (M,) integer token ids
           train_cfg: TrainConfig,
-          out_dir: str | Path | None = None, # if given, a checkpoint `ckpt.pt` is written here at every evaluation
+          out_dir: str | Path | None = None, # if given: `ckpt.pt` (latest) at every evaluation, `best.pt` when best
           tokenizer=None, # stored in the checkpoints, so `load_model` can decode
           resume: bool = False, # continue from `out_dir`'s checkpoint, exactly as if never interrupted
           progress: bool = True, # show a tqdm progress bar
@@ -763,30 +871,33 @@ def train(model: GPT, # trained in place (on its own device)
           on_eval=None, # called as `on_eval(step, losses)` after every evaluation (on rank 0)
          ) -> TrainHistory:
     """Train a GPT by minimising the cross-entropy of the next token (J&M eq. 10.51): `_setup_run`, then per step
-    `lr_at`, a batch (this rank's `batch_slice` under `torchrun`) and `train_step`; `_evaluate` every `eval_interval`
-    steps and at the end (rank 0: both losses, a checkpoint). Seeded; a resumed run is bit-for-bit the uninterrupted
-    one on CPU (on a GPU some CUDA kernels are not deterministic). Raises `TrainingDivergedError` (the last good
-    checkpoint is kept), `CheckpointError` for a missing or incompatible checkpoint to resume, `ValueError` for data
-    not longer than the context or a batch the slices do not divide."""
+    `lr_at`, a batch (this rank's `batch_slice` under `torchrun`) and `train_step`, the losses read every `log_interval`
+    steps; `_evaluate` every `eval_interval` steps and at the end, stopping after `patience` evaluations without
+    improvement. Seeded; a resumed run is bit-for-bit the uninterrupted one on CPU. Raises `TrainingDivergedError`
+    (the last good checkpoint is kept), `CheckpointError` (no or an incompatible checkpoint to resume), `ValueError`
+    (data not longer than the context, ids outside the vocabulary, a batch the slices cannot divide)."""
     T = model.config.context_length
     _check_splits(train_data, val_data, T)
     run = _setup_run(model, train_cfg, out_dir, tokenizer, resume)  # fresh, or restored from the checkpoint
-    cfg, step_model = run.train_cfg, _wrap_model(model, run.train_cfg, run.world)
+    cfg, (step_model, eval_model) = run.train_cfg, _wrap_model(model, run.train_cfg, run.world)
     with tqdm(total=cfg.max_iters, initial=min(run.start, cfg.max_iters), disable=not progress or run.rank > 0,
               desc=desc, unit="step", dynamic_ncols=True) as bar:
         for step in range(run.start, cfg.max_iters + 1):
             if (step % cfg.eval_interval == 0 or step == cfg.max_iters) and not (resume and step == run.start):
-                _evaluate(model, {"train": train_data, "val": val_data}, run, step, bar, on_eval)
+                _read_losses(run, bar)  # never checkpoint a run that has diverged
+                _evaluate(eval_model, {"train": train_data, "val": val_data}, run, step, bar, on_eval)
+                if _out_of_patience(run): break
             if step >= cfg.max_iters: break
             lr = lr_at(step, cfg)
             token_ids, targets = (batch_fn or get_batch)(train_data, cfg.batch_size, T, run.gen)  # (B, T): all ranks'
             mine = batch_slice(cfg.batch_size, run.rank, run.world)  # this rank's rows
             loss = train_step(step_model, run.optimizer, token_ids[mine], targets[mine], cfg, lr, run.scaler, run.world)
-            _check_finite(loss, step, lr, run)
-            run.history.iter_loss.append(loss.item())
+            run.pending.append(loss)  # stays on the device until the next read
             run.history.lr.append(lr)
             bar.update(1)
+            if (step + 1) % cfg.log_interval == 0: _read_losses(run, bar)
     return run.history
+
 
 # %% ../nbs/08_training.ipynb #6c2b0b45
 def _check_splits(train_data, val_data, T: int) -> None:
@@ -796,13 +907,24 @@ def _check_splits(train_data, val_data, T: int) -> None:
         if len(data) <= T:
             raise ValueError(f"the {name} split has {len(data)} tokens; it needs more than context_length={T}")
 
-def _check_finite(loss: Tensor, step: int, lr: float, run) -> None:
-    "`TrainingDivergedError` if the step's loss is NaN or infinite, saying where the last good checkpoint is."
-    if torch.isfinite(loss): return
+def _read_losses(run, bar=None) -> None:
+    """Read the step losses still on the device in one transfer (the step path's only host read), record them, show
+    the last one, and raise `TrainingDivergedError` at the first that is not finite, saying where the last good
+    checkpoint is (its update, and every later one, was skipped on the device)."""
+    if not run.pending: return
+    values = torch.stack(run.pending).tolist()  # one host read for up to log_interval steps
+    run.pending.clear()
+    first = len(run.history.iter_loss)
+    run.history.iter_loss.extend(values)
+    if bar is not None and math.isfinite(values[-1]): bar.set_postfix(loss=f"{values[-1]:.3f}", refresh=False)
+    bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+    if bad is None: return
     kept = (f"the last good checkpoint (step {run.history.steps[-1]}) is kept in {run.ckpt_path}"
             if run.ckpt_path is not None and run.history.steps else "no checkpoint was written")
-    raise TrainingDivergedError(f"the training loss became {loss.item()} at step {step} "
-                                f"(lr={lr:.3g}); training stopped and {kept}. Try a lower learning rate.")
+    raise TrainingDivergedError(f"the training loss became {values[bad]} at step {first + bad} "
+                                f"(lr={run.history.lr[first + bad]:.3g}); training stopped and {kept}. "
+                                f"Try a lower learning rate.")
+
 
 # %% ../nbs/08_training.ipynb #44bd194c
 def resolve_device(name: str = "auto", # "auto", "cpu", "cuda", "cuda:1", "mps"
@@ -901,7 +1023,7 @@ def outside_reference(preset: str, step: int, val_loss: float,
             f"[{band['low']:.3f}, {band['high']:.3f}] ({band['n_seeds']} seeds, median {band['median']:.3f}){why}")
 
 # %% ../nbs/08_training.ipynb #47ea3c4a
-_EXECUTION = {"grad_accum_steps": 1, "dtype": "float32", "compile": False}
+_EXECUTION = {"grad_accum_steps": 1, "dtype": "float32", "compile": False, "log_interval": 10, "patience": None}
 
 def cached_run_dir(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
                    model_cfg: GPTConfig, train_cfg: TrainConfig,
