@@ -4,6 +4,7 @@ on every projection, K and V under grouped-query attention included), DPO's loss
 same log-probabilities, and the committed experiments."""
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -14,7 +15,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transformerbook.data import load_tinyshakespeare
+from transformerbook.data import load_result, load_tinyshakespeare
 from transformerbook.finetune import IGNORE_INDEX
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.posttraining import (LORA_TARGETS, ChatTokenizer, LoRALinear, apply_lora, best_of_n_kl,
