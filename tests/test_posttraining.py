@@ -274,7 +274,8 @@ def test_sft_result_is_complete():
     for run in res["runs"] + [res["zero_shot"]]:
         assert run["low"] <= run["accuracy"] <= run["high"] and run["n"] == res["n_test"]
     shares = [row["share"] for row in res["lora_table"]]
-    assert shares[0] == 1.0 and shares[1:] == sorted(shares[1:]) and shares[-1] < 0.2  # full, then rank 1, 2, ...
+    assert shares[0] == 1.0 and shares[1:] == sorted(shares[1:])  # full, then rank 1, 2, ...
+    assert next(row for row in res["lora_table"] if row["rank"] == 8)["share"] < 0.1
     assert all(row["optimizer_bytes"] >= 8 * row["trainable"] for row in res["lora_table"])  # two fp32 moments
 
 
