@@ -16,6 +16,7 @@ Modules:
 - `transformerbook.checks.modern`: `check_rms_norm`, `check_apply_rotary`, `check_kv_cache_size` and `check_swiglu`, used in the chapter "From GPT-2 to today's open models".
 - `transformerbook.checks.moe`: `check_top_k_gate`, `check_load_balancing_loss` and `check_moe_dispatch`, used in the chapter "Mixture of Experts".
 - `transformerbook.checks.multihead`: Checkers for Chapter 3's exercises: splitting and merging heads, a multi-head attention class, and loading weights from `torch.nn.MultiheadAttention`.
+- `transformerbook.checks.posttraining`: The checkers behind the exercises of "From a language model to an assistant": the SFT targets of a loss mask, DPO's loss, the policy's log-probabilities DPO trains, LoRA's forward pass, and reading a reward–KL frontier.
 - `transformerbook.checks.sampling`: The checkers behind the exercises of "Sampling and generation": temperature, top-k and top-p filters, appending to a KV cache, and the chance that pure sampling wanders into the tail.
 - `transformerbook.checks.scale`: The checkers behind the exercises of "Training at scale": accumulating a gradient over slices, each rank's share of a global batch, and the memory of sharded Adam.
 - `transformerbook.checks.scaling`: The checkers behind the exercises of "Scaling laws": the compute of a training run, spending a budget compute-optimally, and fitting a power law in log space.
@@ -34,6 +35,7 @@ Modules:
 - `transformerbook.modern`: RMSNorm, rotary positions, SwiGLU, grouped-query attention and QK-norm: the five changes between GPT-2 and Llama 3 or Qwen3, each from its paper, each checked against Hugging Face, and all of them as switches of one GPT.
 - `transformerbook.moe`: Replace the feed-forward network with many expert networks and a router that sends each token to only a few of them: more parameters at the same compute per token (notes 19.6; Shazeer et al. 2017; Fedus et al. 2021; Jiang et al. 2024).
 - `transformerbook.multihead`: Several attention heads side by side, each with its own projections, concatenated and mixed by W_O (J&M 10.2).
+- `transformerbook.posttraining`: A chat format with role and end-of-turn tokens, supervised fine-tuning with a loss mask, LoRA and DPO, from scratch on the book's own character model, on a CPU, offline
 - `transformerbook.pretrained`: Hugging Face GPT-2 checkpoints in the book's GPT: the configuration map, the tensor map, and reading a checkpoint folder.
 - `transformerbook.sampling`: Decoding methods (greedy, random, top-k, top-p, temperature), a batched `generate` with a KV cache, and language models as task solvers (J&M 10.7–10.8).
 - `transformerbook.scale`: Where a training step's time goes and how to make it go further: tokens/s and MFU, mixed precision, `torch.compile`, gradient accumulation, data parallelism with torchrun, sharded optimizer states, and whether a loss curve is normal.

@@ -37,7 +37,7 @@ from .training import prepare_data, preset_configs, resolve_device, resume_confi
 from .training import train
 
 # %% auto #0
-__all__ = ['MODEL_CARD_NAME', 'build_parser', 'model_card', 'write_model_card', 'main']
+__all__ = ['COMMANDS_GROUP', 'MODEL_CARD_NAME', 'build_parser', 'model_card', 'write_model_card', 'main']
 
 # %% ../nbs/08a_cli.ipynb #9d3739ee
 class _Parser(argparse.ArgumentParser):
@@ -141,6 +141,18 @@ def _add_prepare_command(sub) -> None:
     p.add_argument("--val-fraction", type=float, default=0.1, help="share of the bytes for validation (default 0.1)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
+# %% ../nbs/08a_cli.ipynb #c8de0dbd
+import importlib.metadata
+
+COMMANDS_GROUP = "transformerbook.commands"  # entry-point group of commands that later chapters add
+
+def _add_plugin_commands(sub) -> None:
+    """Let later chapters add commands without this module importing them (imports point from later chapters to
+    earlier ones only): each entry point of `COMMANDS_GROUP` in pyproject.toml names a function `add(sub)` that adds
+    a subparser and sets its `run` default to the command's handler."""
+    for ep in sorted(importlib.metadata.entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
+        ep.load()(sub)
+
 # %% ../nbs/08a_cli.ipynb #328ce991
 def build_parser() -> argparse.ArgumentParser:
     "The `transformerbook` argument parser (commands `train`, `sample` and `prepare`)."
@@ -150,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_command(sub, model_cfg, train_cfg)
     _add_sample_command(sub)
     _add_prepare_command(sub)
+    _add_plugin_commands(sub)  # commands of later chapters (e.g. `finetune`, chapter 13)
     return parser
 
 # %% ../nbs/08a_cli.ipynb #31a24cdf
@@ -454,7 +467,8 @@ def main(argv: list[str] | None = None, # arguments without the program name; No
     except SystemExit as e:  # --help (0) or a usage error (2, already printed)
         return int(e.code or 0)
     try:
-        return {"train": _train, "sample": _sample, "prepare": _prepare}[args.command](args)
+        handler = {"train": _train, "sample": _sample, "prepare": _prepare}.get(args.command)
+        return (handler or args.run)(args)  # `run`: set by a later chapter's command (`_add_plugin_commands`)
     except TrainingDivergedError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
