@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -64,7 +63,8 @@ def run_step(name: str, cmd: list[str], log: Path, env: dict, timings: dict) -> 
     "Run `cmd` (niced) with its output in `log`; record its wall time under `name`; return its exit status."
     start = time.monotonic()
     with open(log, "w") as out:
-        code = subprocess.run(["nice", "-n", "10", *cmd], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+        code = subprocess.run(["nice", "-n", "10", *cmd], cwd=ROOT, env=env, stdout=out,
+                              stderr=subprocess.STDOUT).returncode
     timings[name] = time.monotonic() - start
     print(f"  {name}: exit {code} in {timings[name]:.0f} s (log: {log.relative_to(ROOT)})", flush=True)
     return code
@@ -121,12 +121,12 @@ def main(run: str) -> int:
     timings, start = {}, time.monotonic()
     print(f"make test-{run}: building .venv-{run}", flush=True)
     python = build_venv(run, timings)
-    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(python.parent.parent),
-           "OMP_NUM_THREADS": os.environ.get("NB_THREADS", "1")}
+    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}",
+           "VIRTUAL_ENV": str(python.parent.parent), "OMP_NUM_THREADS": os.environ.get("NB_THREADS", "1")}
     workers = os.environ.get("WORKERS", "2")
     lint = run_step("lint", [str(python.parent / "ruff"), "check", "."], REPORTS / f"{run}-lint.log", env, timings)
-    run_step("nbdev-test", [str(python.parent / "nbdev-test"), "--n-workers", workers, "--timing"],
-             REPORTS / f"{run}-nbdev.log", env, timings)
+    nbdev = run_step("nbdev-test", [str(python.parent / "nbdev-test"), "--n-workers", workers, "--timing"],
+                     REPORTS / f"{run}-nbdev.log", env, timings)
     xml = REPORTS / f"{run}-pytest.xml"
     run_step("pytest", [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"],
              REPORTS / f"{run}-pytest.log", env, timings)
@@ -136,6 +136,8 @@ def main(run: str) -> int:
     tests = changed_outcomes(junit_outcomes(xml) if xml.is_file() else {},
                              junit_outcomes(baseline) if baseline else None)
     notebooks = failed_notebooks((REPORTS / f"{run}-nbdev.log").read_text(errors="replace"))
+    if nbdev and not notebooks:  # it stopped before its summary (a notebook's kernel could not start, say)
+        notebooks = [f"nbdev-test stopped with exit {nbdev} before listing failures: see {run}-nbdev.log"]
     text = report(run, version_differences(python), notebooks, tests, baseline, timings, lint)
     (REPORTS / f"{run}-report.txt").write_text(text + "\n")
     print(text)
