@@ -21,6 +21,7 @@ The learning-rate schedule always ends at step 3,000, so a shorter run is the fi
 """
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import sys
@@ -32,6 +33,16 @@ from transformerbook.interpret import INDUCTION_BATCH, induction_configs, induct
 from transformerbook.training import load_dataset, load_model, shakespeare_model
 
 BABY_LR = {"learning_rate": 1e-3, "min_lr": 1e-4}  # the baby GPT's schedule, for comparison
+
+
+def weights_sha256(model) -> str:
+    """SHA-256 of a model's weights (every tensor of its state dict, in name order): identifies the very model the
+    committed numbers were measured on, so a test compares a cached model with them only if it is that model."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def run(max_iters: int = 3000, every: int = 100, seed: int = 1337, out_dir: Path | None = None,
@@ -49,13 +60,17 @@ def run(max_iters: int = 3000, every: int = 100, seed: int = 1337, out_dir: Path
                                   **overrides)
         rows = []
         for step, path in snapshots:
-            rows.append({"step": step, **induction_metrics(load_model(path)[0], val_ids, newline_id)})
+            model = load_model(path)[0]
+            rows.append({"step": step, **induction_metrics(model, val_ids, newline_id)})
+            if name == "snapshots": results["weights_sha256"] = {"final": weights_sha256(model)}  # the last one stays
             print(f"{name} step {step:5d}: val {rows[-1]['val_loss']:.3f}, repeated text {rows[-1]['text_first']:.3f} "
                   f"-> {rows[-1]['text_second']:.3f}, max induction score {max(map(max, rows[-1]['induction'])):.3f}")
         results[name] = rows
     results["baby_lr_config"] = BABY_LR
     if baby:
-        results["baby"] = induction_metrics(shakespeare_model("char", progress=False)[0], val_ids, newline_id)
+        baby_model = shakespeare_model("char", progress=False)[0]
+        results["baby"] = induction_metrics(baby_model, val_ids, newline_id)
+        results.setdefault("weights_sha256", {})["baby"] = weights_sha256(baby_model)
     return results
 
 def main(argv=None) -> None:
