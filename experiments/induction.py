@@ -21,28 +21,18 @@ The learning-rate schedule always ends at step 3,000, so a shorter run is the fi
 """
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
+from transformerbook.environment import weights_sha256
 from transformerbook.data import RESULTS_DIR
 from transformerbook.interpret import INDUCTION_BATCH, induction_configs, induction_metrics, induction_run
 from transformerbook.training import load_dataset, load_model, shakespeare_model
 
 BABY_LR = {"learning_rate": 1e-3, "min_lr": 1e-4}  # the baby GPT's schedule, for comparison
-
-
-def weights_sha256(model) -> str:
-    """SHA-256 of a model's weights (every tensor of its state dict, in name order): identifies the very model the
-    committed numbers were measured on, so a test compares a cached model with them only if it is that model."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
 
 
 def run(max_iters: int = 3000, every: int = 100, seed: int = 1337, out_dir: Path | None = None,

@@ -10,6 +10,7 @@ import torch
 
 from transformerbook.checks import interpret as checks
 from transformerbook.data import cache_dir, load_result
+from transformerbook.environment import weights_sha256
 from transformerbook.interpret import (HEAD_SCORES, attention_patterns, copy_losses, first_token_score, head_scores,
                                        induction_configs, induction_metrics, induction_run_dir, induction_score,
                                        logit_lens_losses,
@@ -360,7 +361,7 @@ def test_cached_models_reproduce_the_committed_numbers():
     for label, path, want in (("final", final, res["snapshots"][-1]), ("baby", babies[-1], res["baby"])):
         model = load_model(path)[0]
         got = induction_metrics(model, val_ids, newline_id)
-        if committed.get(label) == _experiment().weights_sha256(model):  # the very model of the committed numbers
+        if committed.get(label) == weights_sha256(model):  # the very model of the committed numbers
             for key in ("val_loss", "text_first", "text_second", "random_first", "random_second"):
                 assert got[key] == pytest.approx(want[key], abs=2e-3), (path, key)
             torch.testing.assert_close(torch.tensor(got["induction"]), torch.tensor(want["induction"]), atol=2e-3,
