@@ -16,17 +16,39 @@ NB_THREADS ?= 1
 SOLUTIONS ?= 1
 SITE_FLAGS := $(if $(filter 0,$(SOLUTIONS)),--no-solutions)
 
-.PHONY: book test lint env export outputs site serve bench experiments browser clean
+.PHONY: book test lint env export outputs site serve bench experiments browser clean lock test-latest test-oldest
 
-# Every package of the environment, transitive ones included, at the versions the book was last tested with.
+# Every package of the environment, transitive ones included, at the versions the book was last tested with: one
+# universal lock for Linux, macOS and Windows, Python >= 3.11.5 (see CONTRIBUTING.md, "The lock"). The real file is
+# package data (transformerbook/requirements-lock.txt, read by `transformerbook doctor`); the root one links to it.
 LOCK := requirements-lock.txt
+# Where the lock's CPU torch comes from: a local wheel folder pip already reads, else PyTorch's CPU index (Linux only)
+TORCH_OPTS = $(shell $(PYTHON) tools/torch_index.py $(1))
 
 $(STAMP): pyproject.toml $(LOCK)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11, 5))' || { echo "make env needs Python 3.11.5 or \
+	newer (the site's pinned toolchain does: soupsieve 4.1.2); set PYTHON=/path/to/python3.12, for example"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r $(LOCK)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(call TORCH_OPTS,$(LOCK)) -r $(LOCK)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	$(PY) tools/fetch_mathjax.py
 	@touch $(STAMP)
+
+# Recompile the lock from its inputs after changing one of them; `make lock UPGRADE=1` also moves every package to the
+# newest version the inputs allow (then run make test and commit the lock with what changed; see CONTRIBUTING.md).
+UV ?= uv
+lock:
+	$(UV) pip compile pyproject.toml --extra dev --extra docs -c site/constraints.txt -c constraints-torch.txt \
+	  --universal --python-version 3.11.5 $(call TORCH_OPTS,constraints-torch.txt) $(if $(UPGRADE),--upgrade) \
+	  --annotation-style line --custom-compile-command "make lock" -o transformerbook/$(LOCK)
+
+# The two runs that say what a new (or an old) release changes; not part of `make test` or `.ci/run`. Each builds its
+# own venv, runs lint, nbdev-test and pytest, and prints the versions that differ from the lock and the tests whose
+# outcome differs from the locked run's (reports/test-lock.xml, written by `make test`). Reports land in reports/.
+test-latest: browser
+	$(PYTHON) tools/test_versions.py latest
+test-oldest: browser
+	$(PYTHON) tools/test_versions.py oldest
 
 env: $(STAMP)
 
@@ -47,7 +69,7 @@ serve:
 
 test: env lint browser
 	OMP_NUM_THREADS=$(NB_THREADS) $(VENV)/bin/nbdev-test --n-workers $(WORKERS) --timing
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --junitxml=reports/test-lock.xml
 
 # ruff on the notebooks and every .py file, with the rules of [tool.ruff] in pyproject.toml (see CONTRIBUTING.md)
 lint: env

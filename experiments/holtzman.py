@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from transformerbook.environment import weights_sha256
 from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, train_val_split
 from transformerbook.sampling import beam_search, generate, perplexity, repeated_ngram_fraction, self_bleu
 from transformerbook.training import shakespeare_model
@@ -74,7 +75,8 @@ def run(n_prompts: int = 16, prompt_chars: int = 32, new_chars: int = 192, seed:
         samples[method] = tok.decode(rows[0][prompt_chars:])
         print(f"{method:<24} perplexity {sum(results[method]['perplexity']) / n_prompts:6.2f}", file=sys.stderr)
     return {"n_prompts": n_prompts, "prompt_chars": prompt_chars, "new_chars": new_chars,
-            "published_perplexity": PUBLISHED_PERPLEXITY, "rows": results, "first_samples": samples}
+            "published_perplexity": PUBLISHED_PERPLEXITY, "rows": results, "first_samples": samples,
+            "weights_sha256": weights_sha256(lm)}  # the model these numbers hold for, to the digit
 
 
 def main(argv=None) -> None:

@@ -27,6 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from transformerbook.environment import weights_sha256
 from transformerbook.data import RESULTS_DIR
 from transformerbook.interpret import INDUCTION_BATCH, induction_configs, induction_metrics, induction_run
 from transformerbook.training import load_dataset, load_model, shakespeare_model
@@ -49,13 +50,17 @@ def run(max_iters: int = 3000, every: int = 100, seed: int = 1337, out_dir: Path
                                   **overrides)
         rows = []
         for step, path in snapshots:
-            rows.append({"step": step, **induction_metrics(load_model(path)[0], val_ids, newline_id)})
+            model = load_model(path)[0]
+            rows.append({"step": step, **induction_metrics(model, val_ids, newline_id)})
+            if name == "snapshots": results["weights_sha256"] = {"final": weights_sha256(model)}  # the last one stays
             print(f"{name} step {step:5d}: val {rows[-1]['val_loss']:.3f}, repeated text {rows[-1]['text_first']:.3f} "
                   f"-> {rows[-1]['text_second']:.3f}, max induction score {max(map(max, rows[-1]['induction'])):.3f}")
         results[name] = rows
     results["baby_lr_config"] = BABY_LR
     if baby:
-        results["baby"] = induction_metrics(shakespeare_model("char", progress=False)[0], val_ids, newline_id)
+        baby_model = shakespeare_model("char", progress=False)[0]
+        results["baby"] = induction_metrics(baby_model, val_ids, newline_id)
+        results.setdefault("weights_sha256", {})["baby"] = weights_sha256(baby_model)
     return results
 
 def main(argv=None) -> None:

@@ -10,6 +10,7 @@ import torch
 
 from transformerbook.checks import interpret as checks
 from transformerbook.data import cache_dir, load_result
+from transformerbook.environment import weights_sha256
 from transformerbook.interpret import (HEAD_SCORES, ablated_head, attention_patterns, copy_losses, first_token_score,
                                        head_outputs, head_scores,
                                        induction_configs, induction_metrics, induction_run_dir, induction_score,
@@ -343,7 +344,10 @@ def test_the_committed_run_matches_the_chapter():
 
 
 def test_cached_models_reproduce_the_committed_numbers():
-    "The cached final snapshot and the cached baby GPT, measured again, give the JSON's numbers."
+    """The cached final snapshot and the cached baby GPT, measured again. A model whose weights are the ones the
+    committed numbers were measured on (`weights_sha256` in the JSON) must give those numbers; a model trained on this
+    machine (`make book` trains them) is another model, since another CPU sums floats in another order (val loss 1.855
+    here against the committed 1.839, issue 22), so it must show what the chapter says of any such run instead."""
     res = load_result("induction")["results"]
     final = induction_run_dir(res["every"])/f"step-{res['snapshots'][-1]['step']:06d}.pt"
     babies = [p for p in sorted((cache_dir()/"models").glob("shakespeare-char-*/ckpt.pt"))
@@ -354,11 +358,21 @@ def test_cached_models_reproduce_the_committed_numbers():
     from transformerbook.training import load_dataset
     tok, _, val_ids = load_dataset("tinyshakespeare", "char")
     newline_id = tok.encode("\n")[0]
-    for path, want in ((final, res["snapshots"][-1]), (babies[-1], res["baby"])):
-        got = induction_metrics(load_model(path)[0], val_ids, newline_id)
-        for key in ("val_loss", "text_first", "text_second", "random_first", "random_second"):
-            assert got[key] == pytest.approx(want[key], abs=2e-3), (path, key)
-        torch.testing.assert_close(torch.tensor(got["induction"]), torch.tensor(want["induction"]), atol=2e-3, rtol=0)
+    committed = res.get("weights_sha256", {})  # written by experiments/induction.py since issue 22
+    for label, path, want in (("final", final, res["snapshots"][-1]), ("baby", babies[-1], res["baby"])):
+        model = load_model(path)[0]
+        got = induction_metrics(model, val_ids, newline_id)
+        if committed.get(label) == weights_sha256(model):  # the very model of the committed numbers
+            for key in ("val_loss", "text_first", "text_second", "random_first", "random_second"):
+                assert got[key] == pytest.approx(want[key], abs=2e-3), (path, key)
+            torch.testing.assert_close(torch.tensor(got["induction"]), torch.tensor(want["induction"]), atol=2e-3,
+                                       rtol=0)
+        elif label == "final":  # any run of the recipe: a previous-token head, then copying by content (induction)
+            assert max(got["previous_token"][0]) > 0.9, (path, got["previous_token"][0])
+            assert got["text_second"] < got["text_first"] - 0.5 and got["random_second"] < got["random_first"] - 0.5
+            assert max(map(max, got["induction"])) > 0.1, path
+        else:  # any baby GPT: it does not copy
+            assert got["text_second"] > got["text_first"], (path, got["text_first"], got["text_second"])
 
 
 # --- ablation -------------------------------------------------------------------------------------------------------

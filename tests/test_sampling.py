@@ -392,7 +392,9 @@ def _hf_pair(seed: int):
 @pytest.mark.parametrize("seed", range(16))
 def test_beam_search_equals_hugging_face(seed):
     "Same tokens as generate(num_beams=K) for random prompts, K, α, early_stopping; deterministic and stochastic."
-    from transformerbook.sampling import beam_search
+    import transformers
+
+    from transformerbook.sampling import _HF_SAMPLED_BEAM_CHECKED, beam_search
     rng, hf, ours = _hf_pair(seed)
     for trial in range(5):
         prompt = [rng.randrange(2, hf.config.vocab_size) for _ in range(rng.randint(1, 8))]
@@ -406,7 +408,9 @@ def test_beam_search_equals_hugging_face(seed):
         expected = hf.generate(torch.tensor([prompt]), do_sample=True, top_k=0, **hf_kw)[0]
         got, _ = beam_search(ours, prompt, eos_token_id=1,
                              generator=torch.Generator().manual_seed(seed * 100 + trial), **kw)
-        assert got.tolist() == expected.tolist(), ("stochastic", trial, kw)
+        # Holds only where Hugging Face ranks the drawn candidates as the book does (see _HF_SAMPLED_BEAM_CHECKED)
+        assert got.tolist() == expected.tolist(), (f"checked on transformers {'–'.join(_HF_SAMPLED_BEAM_CHECKED)}; "
+                                                   f"this is {transformers.__version__}", "stochastic", trial, kw)
 
 
 def test_beam_search_sweep_is_not_vacuous():

@@ -67,7 +67,7 @@ def test_chapter_has_title_summary_and_exercises(nb):
     md = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
     assert md and md[0].startswith("# ") and "\n> " in md[0], f"{nb.name}: first cell must be '# Title' + '> summary'"
     text = "\n".join(md)
-    if nb.stem not in {"00_notation", "00a_data", "08a_cli"}:
+    if nb.stem not in {"00_notation", "00a_data", "00b_environment", "08a_cli"}:
         assert "## Summary" in text and "## Exercises" in text, f"{nb.name} lacks '## Summary' or '## Exercises'"
         assert text.count("### Exercise ") >= 3, f"{nb.name} has fewer than 3 exercises"
 

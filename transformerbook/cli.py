@@ -141,6 +141,21 @@ def _add_prepare_command(sub) -> None:
     p.add_argument("--val-fraction", type=float, default=0.1, help="share of the bytes for validation (default 0.1)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
+# %% ../nbs/08a_cli.ipynb #50dd925b
+def _add_doctor_command(sub) -> None:
+    "Add the `doctor` command to the sub-parsers `sub` (the environment against the lock: chapter 0b)."
+    sub.add_parser("doctor", help="print Python, torch and its backend, and every package that differs from the lock",
+                   description="Print Python, torch and the device it computes on (CPU, CUDA, MPS), then every "
+                               "installed package whose version differs from requirements-lock.txt, with the lock's "
+                               "version beside it. `make env` installs the lock.")
+
+
+def _doctor(args) -> int:
+    "`transformerbook doctor`: print `environment.doctor_report()`; differences are information, so the exit is 0."
+    from transformerbook.environment import doctor_report
+    print(doctor_report())
+    return 0
+
 # %% ../nbs/08a_cli.ipynb #c8de0dbd
 import importlib.metadata
 
@@ -155,13 +170,14 @@ def _add_plugin_commands(sub) -> None:
 
 # %% ../nbs/08a_cli.ipynb #328ce991
 def build_parser() -> argparse.ArgumentParser:
-    "The `transformerbook` argument parser (commands `train`, `sample` and `prepare`)."
+    "The `transformerbook` argument parser (commands `train`, `sample`, `prepare`, `doctor`, and those later chapters add)."
     model_cfg, train_cfg = preset_configs()
     parser = _Parser(prog="transformerbook", description="Train a small GPT and sample from it (transformerbook).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_train_command(sub, model_cfg, train_cfg)
     _add_sample_command(sub)
     _add_prepare_command(sub)
+    _add_doctor_command(sub)
     _add_plugin_commands(sub)  # commands of later chapters (e.g. `finetune`, chapter 13)
     return parser
 
@@ -467,7 +483,7 @@ def main(argv: list[str] | None = None, # arguments without the program name; No
     except SystemExit as e:  # --help (0) or a usage error (2, already printed)
         return int(e.code or 0)
     try:
-        handler = {"train": _train, "sample": _sample, "prepare": _prepare}.get(args.command)
+        handler = {"train": _train, "sample": _sample, "prepare": _prepare, "doctor": _doctor}.get(args.command)
         return (handler or args.run)(args)  # `run`: set by a later chapter's command (`_add_plugin_commands`)
     except TrainingDivergedError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -513,18 +513,24 @@ class _Finished:
         return early_stopping is True or not self.can_improve(best_running, length, alpha)
 
 # %% ../nbs/07_sampling.ipynb #5a8da83c
+# The transformers releases whose `generate(do_sample=True, num_beams=K)` this beam search was checked against, token
+# for token (chapter 7's check, tests/test_sampling.py). Hugging Face ranks the drawn candidates before 4.50 and from
+# 5.24 on; 4.50-5.23 kept them in the order drawn.
+_HF_SAMPLED_BEAM_CHECKED = ("5.24.0", "5.24.0")
+
 def _extend_beams(beams: Tensor, # (K, L) int64, the running beams
                   beam_scores: Tensor, # (K,) their summed log-probabilities
                   log_probs: Tensor, # (K, V) next-token log-probabilities of each beam
                   generator: torch.Generator | None = None, # draw the candidates instead of taking the best
-                 ) -> tuple[Tensor, Tensor]: # (2K, L + 1) candidate sequences, best first unless drawn; (2K,) scores
-    "Step 1 of beam search: 2K one-token extensions of the K beams, the best or drawn without replacement."
+                 ) -> tuple[Tensor, Tensor]: # (2K, L + 1) candidate sequences, best first; (2K,) scores
+    "Step 1 of beam search: 2K one-token extensions of the K beams, the best or drawn without replacement, ranked."
     K, V = log_probs.shape
     scores = (beam_scores[:, None] + log_probs).flatten()  # (K·V,) score of every one-token extension
     if generator is None: cand_scores, cand = torch.topk(scores, 2 * K)  # (2K,) best first
     else:
         cand = torch.multinomial(scores.softmax(-1), 2 * K, generator=generator)  # (2K,) drawn without replacement
-        cand_scores = scores[cand]
+        cand_scores, rank = scores[cand].sort(descending=True)  # ranked: "the first K" are the best K drawn
+        cand = cand[rank]
     return torch.cat([beams[cand // V], (cand % V)[:, None]], dim=1), cand_scores  # beam + its new token
 
 # %% ../nbs/07_sampling.ipynb #dd569767
