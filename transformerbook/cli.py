@@ -170,7 +170,7 @@ def _add_plugin_commands(sub) -> None:
 
 # %% ../nbs/08a_cli.ipynb #328ce991
 def build_parser() -> argparse.ArgumentParser:
-    "The `transformerbook` argument parser (commands `train`, `sample`, `prepare`, `doctor`, and those later chapters add)."
+    "The `transformerbook` argument parser (`train`, `sample`, `prepare`, `doctor`, and later chapters' commands)."
     model_cfg, train_cfg = preset_configs()
     parser = _Parser(prog="transformerbook", description="Train a small GPT and sample from it (transformerbook).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
