@@ -2,7 +2,6 @@
 site tests, and one headless Chromium for every browser test (`chrome`)."""
 from __future__ import annotations
 
-import base64
 import io
 import os
 import sys
@@ -14,17 +13,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))  # tools/ holds scripts, not a package
 
 
-def _png_plot() -> str:
-    "A small matplotlib line plot as base64 PNG, as a notebook stores it."
+def _svg_plot() -> str:
+    "A small matplotlib line plot as SVG text, as the book's notebooks store plots (tools/execute_nbs.py)."
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(3, 2), dpi=60)
     ax.plot([0, 1, 2, 3], [0, 1, 4, 9])
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="svg", metadata={"Date": None})
     plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
+    return buf.getvalue().decode()
 
 
 def make_sample_chapter():
@@ -41,7 +40,7 @@ def make_sample_chapter():
                           "$$\nw_i = \\frac{e^{s_i}}{\\sum_j e^{s_j}}\n$$\n\n"
                           "::: {.callout-note}\nA Quarto callout.\n:::"),
         code("#| echo: false\nimport matplotlib.pyplot as plt\nplt.plot([0, 1, 2, 3], [0, 1, 4, 9]);",
-             new_output("display_data", data={"image/png": _png_plot(), "text/plain": "<Figure size 180x120>"})),
+             new_output("display_data", data={"image/svg+xml": _svg_plot(), "text/plain": "<Figure size 180x120>"})),
         code("#| output: false\nprint('hidden output')", stream("hidden output\n")),
         code("import ipywidgets as widgets\nwidgets.IntSlider()",
              new_output("execute_result", data={"application/vnd.jupyter.widget-view+json":

@@ -112,12 +112,16 @@ def test_diagrams_are_placed_as_numbered_figures_with_alt_text():
 
 def test_every_saved_plot_has_a_caption_and_alt_text():
     "Every code cell with a saved plot in the chapters carries `#| fig-cap:` and a describing `#| fig-alt:`."
+    plots = 0
     for path in sorted((ROOT / "nbs").glob("*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type != "code" or not any("image/png" in o.get("data", {}) for o in cell.get("outputs", [])):
+            if cell.cell_type != "code" or not any({"image/png", "image/svg+xml"} & set(o.get("data", {}))
+                                                   for o in cell.get("outputs", [])):
                 continue
+            plots += 1
             o = figures.cell_options(cell.source)
             assert o.get("fig-cap") and len(o.get("fig-alt", "")) > 40, f"{path.name} cell {cell.get('id')}: {o}"
+    assert plots >= 30, f"only {plots} saved plots found: are the notebooks executed?"
 
 
 def test_diagrams_are_drawn_from_their_source(tmp_path):

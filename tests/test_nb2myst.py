@@ -54,7 +54,7 @@ def test_widget_outputs_and_state_dropped_other_outputs_kept(sample_chapter):
     assert not any(nb2myst.WIDGET_MIME in o.get("data", {}) for o in outputs)
     assert "widgets" not in nb.metadata
     assert code_cell(nb, "widgets.IntSlider").outputs == []
-    assert "image/png" in code_cell(nb, "plt.plot").outputs[0].data
+    assert "image/svg+xml" in code_cell(nb, "plt.plot").outputs[0].data
 
 
 def test_ansi_escapes_stripped():

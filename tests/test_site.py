@@ -42,7 +42,7 @@ AXE_JS = """async () => {
 }"""
 # Each plot or figure image in the article: its file, the pixels it holds and the CSS pixels it is shown at.
 IMAGES_JS = """() => [...document.querySelectorAll("article img")].filter(i => i.getBoundingClientRect().width > 0)
-  .map(i => ({src: i.currentSrc.split("/").pop().slice(0, 60), natural: i.naturalWidth,
+  .map(i => ({src: i.currentSrc.split("/").pop().slice(-60), natural: i.naturalWidth,
               shown: i.getBoundingClientRect().width}))"""
 PROSE_JS = """el => { const c = el.cloneNode(true);
   c.querySelectorAll("pre, div.highlight, mjx-container").forEach(n => n.remove());

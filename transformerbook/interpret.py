@@ -260,7 +260,9 @@ def induction_run_dir(every: int = 100, # steps between snapshots
                      ) -> Path: # `cache_dir()/models/induction-stages-<hash>`; it may not exist yet
     "Where `induction_run` keeps its snapshots: a folder named by a hash of the configs, `every`, sampler and version."
     model_cfg, train_cfg = induction_configs(**train_overrides)
-    return run_dir("induction-stages", model=model_cfg.to_dict(), train=train_cfg.to_dict(), every=every,
+    train = {k: v for k, v in train_cfg.to_dict().items()  # fields added since the run was first cached stay out
+             if not (k in ("log_interval", "patience") and v == getattr(TrainConfig, k))}  # at their defaults
+    return run_dir("induction-stages", model=model_cfg.to_dict(), train=train, every=every,
                    batch_fn=INDUCTION_BATCH)
 
 def induction_run(every: int = 100, # steps between snapshots
