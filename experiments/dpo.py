@@ -22,7 +22,7 @@ import sys
 
 import torch
 
-from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, train_val_split
+from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, save_result, train_val_split
 from transformerbook.posttraining import (REPLY_TOKENS, _pair_rows, best_of_n_kl, chat_sft_model, dpo, dpo_loss,
                                           generate_reply, line_conversations, metre_reward, preference_pairs,
                                           response_logprobs, reward_and_kl)
@@ -107,7 +107,7 @@ def main(argv=None) -> None:
     record = {"command": command, "seeds": [args.seed], "created": datetime.date.today().isoformat(),
               "results": run(tuple(args.betas), args.steps, args.eval_every, n_eval=args.n_eval, seed=args.seed,
                          sft_steps=args.sft_steps)}
-    with open(args.out, "w") as fh: json.dump(record, fh, indent=1)
+    save_result(args.out, record)
     print(f"wrote {args.out}")
 
 

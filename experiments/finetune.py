@@ -22,7 +22,7 @@ import json
 
 import torch
 
-from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, train_val_split
+from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, save_result, train_val_split
 from transformerbook.evaluation import accuracy_with_ci
 from transformerbook.finetune import (MASK_ID, SequenceClassifier, classify, fill_masks, finetune_classifier,
                                       freeze_body, masked_char_losses, mlm_corrupt, next_char_losses, speaker_chunks)
@@ -124,7 +124,7 @@ def main(argv=None) -> None:
     command = "python experiments/finetune.py" + (f" --seeds {' '.join(map(str, args.seeds))}"
                                                   if args.seeds != [0, 1, 2] else "")
     record = {"command": command, "seeds": args.seeds, "created": datetime.date.today().isoformat(), "results": results}
-    with open(args.out, "w") as fh: json.dump(record, fh, indent=1)
+    save_result(args.out, record)
     print(f"wrote {args.out}")
 
 

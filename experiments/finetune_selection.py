@@ -23,14 +23,12 @@ import argparse
 import copy
 import datetime
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
-from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, train_val_split
+from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, save_result, train_val_split
 from transformerbook.evaluation import accuracy_with_ci
 from transformerbook.finetune import EarlyStopping, SequenceClassifier, classify, finetune_classifier, freeze_body
 from transformerbook.finetune import speaker_chunks
@@ -124,10 +122,7 @@ def main(argv=None) -> None:
         command = "python experiments/finetune_selection.py" + "".join(
             f" {a!r}" if " " in a else f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     doc = {"command": command, "seeds": args.seeds, "created": datetime.date.today().isoformat(), "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=args.out.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f: json.dump(doc, f, indent=1)
-    os.replace(tmp, args.out)
+    save_result(args.out, doc)
     print(f"wrote {args.out}")
 
 

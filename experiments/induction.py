@@ -21,14 +21,11 @@ The learning-rate schedule always ends at step 3,000, so a shorter run is the fi
 """
 import argparse
 import datetime
-import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from transformerbook.environment import weights_sha256
-from transformerbook.data import RESULTS_DIR
+from transformerbook.data import RESULTS_DIR, save_result
 from transformerbook.interpret import INDUCTION_BATCH, induction_configs, induction_metrics, induction_run
 from transformerbook.training import load_dataset, load_model, shakespeare_model
 
@@ -75,10 +72,7 @@ def main(argv=None) -> None:
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     results = run(args.max_iters, args.every, args.seed, baby=not args.no_baby)
     doc = {"command": command, "seeds": [args.seed], "created": datetime.date.today().isoformat(), "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=args.out.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f: json.dump(doc, f, indent=1)
-    os.replace(tmp, args.out)
+    save_result(args.out, doc)
     print(f"wrote {args.out}")
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import torch
 
-from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, train_val_split
+from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, save_result, train_val_split
 from transformerbook.evaluation import extraction_matches, speeches, verbatim_fraction
 from transformerbook.lm_head import GPT
 from transformerbook.sampling import generate
@@ -120,7 +120,7 @@ def main(argv=None) -> None:
     doc = {"command": command.strip(), "seeds": [args.seed], "created": datetime.date.today().isoformat(),
            "results": results}
     path = RESULTS_DIR/f"{NAME}.json"
-    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    save_result(path, doc)
     print(f"wrote {path}")
 
 

@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, train_val_split
+from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, save_result, train_val_split
 from transformerbook.evaluation import accuracy_with_ci, sequence_log_likelihood
 from transformerbook.posttraining import (ChatTokenizer, apply_lora, chat_batch, chat_sft_model, classify_speaker,
                                           line_conversations, merge_lora, optimizer_state_bytes, render_chat,
@@ -119,7 +119,7 @@ def main(argv=None) -> None:
     command = " ".join(["python experiments/sft.py", *(argv if argv is not None else sys.argv[1:])])
     record = {"command": command, "seeds": args.seeds, "created": datetime.date.today().isoformat(),
               "results": run(tuple(args.seeds), args.steps, tuple(args.methods), not args.no_tables)}
-    with open(args.out, "w") as fh: json.dump(record, fh, indent=1)
+    save_result(args.out, record)
     print(f"wrote {args.out}")
 
 
