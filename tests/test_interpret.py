@@ -18,6 +18,7 @@ from transformerbook.interpret import (HEAD_SCORES, ablated_head, attention_patt
                                        loss_by_position, previous_token_score, repeat_segment_batch,
                                        repeated_random_tokens, repeated_text, token_attention_score, train_in_stages)
 from transformerbook.lm_head import GPT, GPTConfig
+from transformerbook.multihead import merge_heads, split_heads
 from transformerbook.training import TrainConfig, get_batch, load_checkpoint, load_model, train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +54,8 @@ def test_attention_patterns_are_the_weights_the_layer_uses(norm):
         h.remove()
     for layer, block in enumerate(model.blocks):  # weights @ v, merged and projected, is the layer's output
         a = block.attn
-        v = a.split_heads(a.v_proj(inputs[layer]))
-        torch.testing.assert_close(a.out_proj(a.merge_heads(weights[layer] @ v)), outputs[layer])
+        v = split_heads(a.v_proj(inputs[layer]), a.d_head)
+        torch.testing.assert_close(a.out_proj(merge_heads(weights[layer] @ v)), outputs[layer])
 
 
 def test_attention_patterns_fused_model_and_mode():
@@ -405,7 +406,7 @@ def test_head_outputs_are_weights_times_values_and_ablation_checks_its_arguments
     with torch.no_grad():
         a = model.blocks[1].attn
         x = model.residual_stream(ids)[1]  # the stream entering block 1
-        v = a.split_heads(a.v_proj(model.blocks[1].ln_1(x)))  # (B, H, T, Dh)
+        v = split_heads(a.v_proj(model.blocks[1].ln_1(x)), a.d_head)  # (B, H, T, Dh)
     torch.testing.assert_close(z[1], (w[1] @ v).transpose(1, 2))
     for bad, message in (((2, 0), "layer=2"), ((0, -1), "head=-1")):
         with pytest.raises(ValueError, match=message):

@@ -9,7 +9,7 @@ import transformerbook.attention as attention_module
 import transformerbook.embeddings as embeddings_module
 import transformerbook.lm_head as lm_head_module
 import transformerbook.multihead as multihead_module
-from transformerbook.attention import attention_weights
+from transformerbook.attention import attention_weights, masked_softmax
 from transformerbook.embeddings import RotaryEmbedding
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.masking import causal_mask, make_padding_mask
@@ -192,12 +192,13 @@ def test_mask_checked_once_per_model_call(monkeypatch, fused):
     assert len(per_layer) == 1 and in_attention == []
 
 
-def test_attention_weights_without_validation_is_the_same_function():
+def test_the_layers_unchecked_softmax_is_attention_weights():
+    "What a layer computes after its one check (`masked_softmax` of the scaled scores) is chapter 1's checked function."
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(2, 3, 5, 4, generator=g), torch.randn(2, 3, 7, 4, generator=g)
     mask = torch.rand(5, 7, generator=g) > 0.3
-    torch.testing.assert_close(attention_weights(q, k, mask, validate=False), attention_weights(q, k, mask), rtol=0,
-                               atol=0)
+    torch.testing.assert_close(masked_softmax(q @ k.transpose(-2, -1) / 2.0, mask), attention_weights(q, k, mask),
+                               rtol=0, atol=0)
 
 
 ROTARY = dict(positional="rotary", normalization="rms", activation="swiglu", bias=False, tie_weights=False,
@@ -205,7 +206,7 @@ ROTARY = dict(positional="rotary", normalization="rms", activation="swiglu", bia
 
 
 @pytest.mark.parametrize("kw", [{}, ROTARY], ids=["learned", "rotary"])
-def test_unvalidated_call_gives_the_same_logits(kw):
+def test_cached_calls_give_the_same_logits(kw):
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=30, context_length=12, d_model=16, n_heads=2, n_layers=2, **kw)).eval()
     ids = torch.randint(0, 30, (2, 9))
@@ -213,12 +214,10 @@ def test_unvalidated_call_gives_the_same_logits(kw):
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
         checked = model(ids, padding_mask=mask, position_ids=pos)
-        torch.testing.assert_close(model(ids, padding_mask=mask, position_ids=pos, validate=False), checked,
-                                   rtol=0, atol=0)
         cache, steps = KVCache(2), []
         for t in range(9):
             steps.append(model(ids[:, t:t + 1], padding_mask=mask[:, :t + 1], position_ids=pos[:, t:t + 1],
-                               kv_cache=cache, validate=False))
+                               kv_cache=cache))
     torch.testing.assert_close(torch.cat(steps, 1)[mask], checked[mask], atol=1e-5, rtol=1e-5)
 
 
@@ -231,8 +230,9 @@ def test_rotary_angles_looked_up_once_per_call(monkeypatch):
     assert (len(lookups), per_layer) == (1, [])
 
 
-def test_generate_checks_once_and_never_syncs_in_the_loop(monkeypatch):
-    "Greedy generation: the number of host syncs and of argument checks does not grow with the tokens generated."
+def test_generate_never_syncs_in_the_loop(monkeypatch):
+    """Greedy generation: the number of host syncs does not grow with the tokens generated. The model checks every
+    call's ids and positions (on the CPU, in numpy: no tensor is read back), so the checks run once per token."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=40, context_length=64, d_model=16, n_heads=2, n_layers=2, **ROTARY)).eval()
     checks = _counting(monkeypatch, embeddings_module, "_check_embedding_inputs")
@@ -246,7 +246,7 @@ def test_generate_checks_once_and_never_syncs_in_the_loop(monkeypatch):
         return sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense")
 
     assert syncs(3) == syncs(30)
-    assert checks == [] and inputs == []
+    assert len(checks) == len(inputs) > 30
 
 
 @pytest.mark.parametrize("kw", [{}, ROTARY], ids=["learned", "rotary"])

@@ -8,7 +8,7 @@ from torch import nn
 
 from transformerbook.attention import scaled_dot_product_attention
 from transformerbook.masking import causal_mask, combine_masks, make_padding_mask
-from transformerbook.multihead import MultiHeadAttention
+from transformerbook.multihead import AttentionContext, MultiHeadAttention, merge_heads, split_heads
 
 SHAPES = [(8, 1, 1, 1), (8, 2, 5, 2), (12, 3, 7, 3), (16, 4, 6, 2), (32, 8, 9, 1), (24, 6, 4, 3)]  # (D, H, T, B)
 
@@ -107,9 +107,9 @@ def test_parameter_count(D, H, bias):
 def test_split_merge_roundtrip_and_head_slices(D, H, T, B):
     mha = MultiHeadAttention(D, H)
     x = torch.randn(B, T, D)
-    s = mha.split_heads(x)
+    s = split_heads(x, mha.d_head)
     assert s.shape == (B, H, T, D // H)
-    torch.testing.assert_close(mha.merge_heads(s), x)
+    torch.testing.assert_close(merge_heads(s), x)
     for i in range(H):  # head i holds the contiguous feature slice i*Dh:(i+1)*Dh of every position
         torch.testing.assert_close(s[:, i], x[..., i * mha.d_head:(i + 1) * mha.d_head])
 
@@ -182,7 +182,7 @@ def test_is_causal_hint_gives_the_explicit_causal_masks_result(n_kv_heads):
     for fused in (True, False):
         mha = MultiHeadAttention(32, 4, n_kv_heads=n_kv_heads, fused=fused).double().eval()
         want = mha(x, mask=causal_mask(7, 7))
-        torch.testing.assert_close(mha(x, mask=causal_mask(7, 7), is_causal=True), want)
+        torch.testing.assert_close(mha(x, context=AttentionContext(causal_mask(7, 7), is_causal=True)), want)
 
 
 def test_gpt_uses_the_causal_hint_only_without_padding_or_cache():
@@ -190,7 +190,7 @@ def test_gpt_uses_the_causal_hint_only_without_padding_or_cache():
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=50, context_length=16, d_model=32, n_heads=4, n_layers=2, fused=True)).eval()
     seen = []
-    model.blocks[0].attn.register_forward_hook(lambda m, args, kwargs, out: seen.append(kwargs["is_causal"]),
+    model.blocks[0].attn.register_forward_hook(lambda m, args, kwargs, out: seen.append(kwargs["context"].is_causal),
                                                with_kwargs=True)
     ids = torch.randint(0, 50, (2, 9))
     model(ids)

@@ -21,27 +21,29 @@ from torch import Tensor
 from .validation import check_attention_inputs
 
 # %% auto #0
-__all__ = ['attention_weights', 'scaled_dot_product_attention']
+__all__ = ['masked_softmax', 'attention_weights', 'scaled_dot_product_attention']
 
 # %% ../nbs/01_attention.ipynb #55a3fe46
+def masked_softmax(scores: Tensor, # (..., T, S) float: the scaled scores q·kᵀ/√d_k
+                   mask: Tensor | None = None, # bool, broadcastable to (..., T, S); True = may attend
+                  ) -> Tensor: # (..., T, S) weights α; each row sums to 1 (or is all 0 if fully masked)
+    """The softmax over the keys of every query's row of scores (J&M eqs. 10.12-10.13). Masked-out keys get weight 0;
+    a row with no allowed key gets all-zero weights, never NaN. It does not check its inputs: `attention_weights`
+    below does, and a multi-head layer (chapter 3) checks its own once per call."""
+    if mask is None: return torch.softmax(scores, dim=-1)  # (..., T, S), softmax over the keys
+    # A finite "minus infinity" keeps fully masked rows (and their gradients) free of NaN.
+    weights = torch.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-1)
+    return weights * mask.any(dim=-1, keepdim=True)  # rows with no allowed key -> 0
+
 def attention_weights(q: Tensor, # (..., T, d_k) float queries
                       k: Tensor, # (..., S, d_k) float keys, same dtype as q
                       mask: Tensor | None = None, # bool, broadcastable to (..., T, S); True = may attend
-                      validate: bool = True, # False skips the checks (for a caller that already made them)
                      ) -> Tensor: # (..., T, S) weights; each row sums to 1 (or is all 0 if fully masked)
-    """Softmax of the scaled scores q·kᵀ/√d_k, row by row (J&M eqs. 10.12-10.14, 10.16).
-
-    Masked-out positions get weight 0. A query row with no allowed key gets all-zero weights, never NaN.
+    """Softmax of the scaled scores q·kᵀ/√d_k, row by row (J&M eqs. 10.12-10.14, 10.16), through `masked_softmax`.
     Raises `TypeError`/`ValueError` naming the bad argument."""
-    if validate: check_attention_inputs(q, k, mask=mask)
-    d_k = q.shape[-1]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
-    if mask is None:
-        return torch.softmax(scores, dim=-1)  # (..., T, S), softmax over the keys
-    # A finite "minus infinity" keeps fully masked rows (and their gradients) free of NaN.
-    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1)  # (..., T, S), softmax over keys
-    return weights * mask.any(dim=-1, keepdim=True)  # rows with no allowed key -> 0
+    check_attention_inputs(q, k, mask=mask)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
+    return masked_softmax(scores, mask)
 
 # %% ../nbs/01_attention.ipynb #65e81c6b
 def scaled_dot_product_attention(q: Tensor, # (..., T, d_k) float queries

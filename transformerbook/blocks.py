@@ -184,12 +184,14 @@ def make_mlp(d_model: int, # model width D
     if activation == "swiglu": return SwiGLUFeedForward(d_model, d_ff, dropout=dropout, bias=bias)
     return FeedForward(d_model, d_ff, dropout=dropout, bias=bias, activation=activation)
 
-# %% ../nbs/04_blocks.ipynb #67e08085
-class _BlockLayers(nn.Module):
-    "`TransformerBlock`'s constructor (each argument explained): ln_1, attn, ln_2, mlp; the subclass adds `forward`."
+# %% ../nbs/04_blocks.ipynb #073d0bda
+class TransformerBlock(nn.Module):
+    """A transformer block: attention and a feed-forward network, each inside a residual connection. "post":
+    h = LN(x + MHA(x)), out = LN(h + FFN(h)) (J&M eqs. 10.24-10.31); "pre": h = x + MHA(LN(x)), out = h + FFN(LN(h))
+    (J&M eqs. 10.38-10.43; GPT-2), which needs a final norm after the last block. The switches after `fused` make a
+    Llama- or Qwen3-style block (chapter 12). `ValueError` for an unknown placement or normalization, bad sizes or x."""
     def __init__(self, d_model: int, # model width D
-                 n_heads: int, # attention heads H
-                 *,
+                 n_heads: int, *, # attention heads H; the arguments after it are keyword-only
                  d_ff: int | None = None, # feed-forward width F (default 4·d_model)
                  dropout: float = 0.0, # dropout probability
                  bias: bool = True, # biases in linear layers and LayerNorms
@@ -201,38 +203,22 @@ class _BlockLayers(nn.Module):
                  n_kv_heads: int | None = None, # key/value heads (grouped-query attention); None = n_heads
                  d_head: int | None = None, # per-head width; None = d_model // n_heads
                  qk_norm: bool = False, # RMSNorm on each head's queries and keys (Qwen3)
+                 rotary: nn.Module | None = None, # rotary positions, which the attention applies (chapter 5)
                 ):
         super().__init__()
         check_choice("norm", norm, ("pre", "post"))
-        self.norm = norm
+        self.norm, d_ff = norm, 4 * d_model if d_ff is None else d_ff  # only None means 4·d_model: d_ff=0 is an error
         self.ln_1 = make_norm(normalization, d_model, eps=layer_norm_eps, bias=bias, fused=fused)
         self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, fused=fused, n_kv_heads=n_kv_heads,
-                                       d_head=d_head, qk_norm=qk_norm, qk_norm_eps=layer_norm_eps)
+                                       d_head=d_head, qk_norm=qk_norm, qk_norm_eps=layer_norm_eps, rotary=rotary)
         self.ln_2 = make_norm(normalization, d_model, eps=layer_norm_eps, bias=bias, fused=fused)
-        d_ff = 4 * d_model if d_ff is None else d_ff  # only None means the default: d_ff=0 is an error, not 4·d_model
         self.mlp = make_mlp(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-
-# %% ../nbs/04_blocks.ipynb #073d0bda
-class TransformerBlock(_BlockLayers):
-    """A transformer block: multi-head attention and a feed-forward network, each wrapped in a residual connection.
-
-    norm="post": h = LN(x + MHA(x)); out = LN(h + FFN(h))
-    (J&M eqs. 10.24-10.31; 6.390 eqs. 11.14-11.17; Vaswani et al. 2017).
-    norm="pre":  h = x + MHA(LN(x)); out = h + FFN(LN(h))  (J&M eqs. 10.38-10.43; GPT-2). A pre-norm stack needs a
-    final norm after its last block. Every argument after n_heads is keyword-only; `normalization`, `activation`,
-    `n_kv_heads`, `d_head` and `qk_norm` switch the GPT-2 block into a Llama- or Qwen3-style one (chapter 12). Raises
-    `ValueError` for an unknown norm placement or normalization (and, via its parts, for bad widths)."""
     def forward(self, x: Tensor, # (B, T, D) the residual stream
                 mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
                 layer_cache=None, # this layer's KV cache (`update(k, v) -> (k_all, v_all)`, chapter 7)
-                rotate=None, # (q, k) -> (q, k) applied inside attention (rotary positions), or None
-                validate_mask: bool = True, # False when the caller has checked the mask once for all layers
-                is_causal: bool = False, # True: `mask` is the plain causal mask (passed on to the attention)
+                context=None, # instead of `mask`: one model call's `AttentionContext` (chapter 3), checked there
                ) -> Tensor: # (B, T, D)
-        """(B, T, D) -> (B, T, D): the block (J&M eqs. 10.24-10.31 post-norm, 10.38-10.43 pre-norm). Raises
-        `TypeError`/`ValueError` for a bad x or mask and `ValueError` for a cache of another batch or model."""
-        attn = lambda h: self.attn(h, mask=mask, layer_cache=layer_cache, rotate=rotate, validate_mask=validate_mask,
-                                   is_causal=is_causal)
+        attn = lambda h: self.attn(h, mask=mask, layer_cache=layer_cache, context=context)
         if self.norm == "pre":
             x = x + attn(self.ln_1(x))  # J&M eqs. 10.38-10.40
             return x + self.mlp(self.ln_2(x))  # J&M eqs. 10.41-10.43

@@ -7,7 +7,8 @@ token ids into (B, T, d_model) vectors, adding learned or sinusoidal position em
 `position_rotation_matrix(k, d_model)` the rotation that moves every row of it k positions on.
 Rotary positions (`positional="rotary"` adds none to x) rotate queries and keys instead: `rotary_frequencies(d_head)`
 gives the angles per position, `rotate_half` and `apply_rotary(x, cos, sin)` turn (B, H, T, d_head) vectors, and
-`RotaryEmbedding(d_head, context_length)` holds the cos/sin tables and rotates q and k by their positions. `cosine_similarity(u, v)`
+`RotaryEmbedding(d_head, context_length)` holds the cos/sin tables and rotates q and k by their positions (a
+model looks the angles up once per call with `cos_sin`, and each attention layer turns its q and k with `rotate`). `cosine_similarity(u, v)`
 and `analogy(E, a, b, c)` probe the geometry of an embedding matrix E of shape (V, d_model).
 
 Docs: https://transformerbook.github.io/transformerbook/embeddings.html.md"""
@@ -74,25 +75,26 @@ class Embeddings(nn.Module):
 
     def forward(self, token_ids: Tensor, # (B, T) int64 in [0, vocab_size)
                 position_ids: Tensor | None = None, # (B, T) or (T,) int64 in [0, context_length); default 0..T-1
-                validate: bool = True, # False skips the checks, for a caller that made them (a GPT in `generate`)
                ) -> Tensor: # (B, T, D)
-        "(B, T) ids -> (B, T, D): E[token_ids] + P[position_ids] (notes eq. 19.10), then dropout."
-        if validate:
-            position_ids = _check_embedding_inputs(token_ids, position_ids, self.vocab_size, self.context_length)
-        elif position_ids is None:
-            position_ids = torch.arange(token_ids.shape[1], device=token_ids.device)  # (T,)
+        """(B, T) ids -> (B, T, D): E[token_ids] + P[position_ids] (notes eq. 19.10), then dropout. The ids' values are
+        checked except on CUDA and inside a compiled graph (see `_check_embedding_inputs`)."""
+        position_ids = _check_embedding_inputs(token_ids, position_ids, self.vocab_size, self.context_length)
         if self.positional == "rotary": return self.dropout(self.token(token_ids))  # positions rotate q and k instead
         pos = self.position(position_ids) if self.positional == "learned" else self.position_table[position_ids]
         return self.dropout(self.token(token_ids) + pos)  # (B, T, D) + (B|1, T, D)
 
 # %% ../nbs/05_embeddings.ipynb #458c7ee7
 def _check_embedding_inputs(token_ids, position_ids, vocab_size: int, context_length: int) -> Tensor:
-    "The position ids to use (default (T,) 0..T-1) once both inputs are checked, or an error naming the bad one."
+    """The position ids to use (default (T,) 0..T-1) once both inputs are checked, or an error naming the bad one.
+    The ids' *values* are not read on CUDA, where reading them would make the host wait for the GPU at every call
+    (chapter 8b) and the embedding kernel's own device-side assert stops a bad one, nor inside a `torch.compile`d
+    graph, which a read would break; `train` and `generate` check their ids on the host before they send them."""
     check_ids("token_ids", token_ids)
     if token_ids.dim() != 2:
         raise ValueError(f"token_ids must be a (B, T) integer tensor, got shape {tuple(token_ids.shape)}")
     B, T = token_ids.shape
-    check_ids_below(token_ids, "vocab_size", vocab_size)
+    read = token_ids.device.type != "cuda" and not torch.compiler.is_compiling()
+    if read: check_ids_below(token_ids, "vocab_size", vocab_size)
     crop = f"crop the sequence to its last {context_length} tokens"
     if position_ids is None:
         if T > context_length:
@@ -103,7 +105,7 @@ def _check_embedding_inputs(token_ids, position_ids, vocab_size: int, context_le
             position_ids.dim() == 2 and position_ids.shape[0] not in (1, B)):
         raise ValueError(f"position_ids must have shape (T,), (1, T) or (B, T) with B={B}, T={T}, "
                          f"got {tuple(position_ids.shape)}")
-    check_ids_below(position_ids, "context_length", context_length, what="position", hint=crop)
+    if read: check_ids_below(position_ids, "context_length", context_length, what="position", hint=crop)
     return position_ids
 
 # %% ../nbs/05_embeddings.ipynb #4c5b9124
@@ -123,7 +125,7 @@ def position_rotation_matrix(k: int | float, # offset in positions (may be negat
 
 # %% ../nbs/05_embeddings.ipynb #c9defa75
 def rotary_frequencies(d_head: int, # per-head width Dh (even)
-                       base: float = 10000.0, # θ: Llama 2 10,000; Llama 3 500,000; Qwen3 1,000,000
+                       theta: float = 10000.0, # θ: Llama 2 10,000; Llama 3 500,000; Qwen3 1,000,000
                        scaling: dict | None = None, # Llama 3's {"rope_type": "llama3", "factor", "low_freq_factor",
                                                     #  "high_freq_factor", "original_max_position_embeddings"}
                       ) -> Tensor: # (Dh/2,) float64 angular frequencies ω_i, radians per position
@@ -133,7 +135,7 @@ def rotary_frequencies(d_head: int, # per-head width Dh (even)
     context / high_freq_factor are kept, and in between interpolated smoothly (Hugging Face's
     `_compute_llama3_parameters`). Raises `ValueError` for an odd d_head or an unknown scaling."""
     check_positive_even_int("d_head", d_head, "rotary positions rotate pairs of features")
-    omega = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (Dh/2,)
+    omega = theta ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (Dh/2,)
     if scaling is None: return omega
     if scaling.get("rope_type", scaling.get("type")) != "llama3":
         raise ValueError(f"rope scaling {scaling!r} is not supported: only rope_type='llama3'")
@@ -165,11 +167,11 @@ class RotaryEmbedding(nn.Module):
     position outside [0, context_length) when called."""
     def __init__(self, d_head: int, # per-head width Dh (even)
                  context_length: int, # positions in the table
-                 base: float = 10000.0, # θ
+                 theta: float = 10000.0, # θ, the base of the frequencies (Llama 3: 500,000; Qwen3: 1,000,000)
                  scaling: dict | None = None, # Llama 3 frequency scaling (see `rotary_frequencies`)
                 ):
         super().__init__()
-        omega = rotary_frequencies(d_head, base, scaling)  # (Dh/2,)
+        omega = rotary_frequencies(d_head, theta, scaling)  # (Dh/2,)
         angles = torch.arange(context_length, dtype=torch.float64)[:, None] * omega  # (C, 1) * (Dh/2,) -> (C, Dh/2)
         angles = torch.cat([angles, angles], dim=-1)  # (C, Dh): half-split layout, feature i pairs with i + Dh/2
         self.context_length = context_length
@@ -184,7 +186,13 @@ class RotaryEmbedding(nn.Module):
         if position_ids.numel() and (position_ids.min() < 0 or position_ids.max() >= self.context_length):
             raise ValueError(f"position {position_ids.max().item()} is beyond the rotary table's "
                              f"context_length={self.context_length}: crop the sequence or build a longer table")
-        cos, sin = self.cos_sin(position_ids)
+        return self.rotate(q, k, self.cos_sin(position_ids))
+
+    def rotate(self, q: Tensor, k: Tensor, # as in `forward`
+               rotation: tuple[Tensor, Tensor], # (cos, sin) from `cos_sin`, looked up once for all layers
+              ) -> tuple[Tensor, Tensor]: # rotated q and k
+        "Rotate q and k by angles already looked up (an attention layer's step; its model checked the positions)."
+        cos, sin = rotation
         return apply_rotary(q, cos.to(q.dtype), sin.to(q.dtype)), apply_rotary(k, cos.to(k.dtype), sin.to(k.dtype))
 
     def cos_sin(self, position_ids: Tensor, # (T,) or (B, T) int64 in [0, context_length), not checked here

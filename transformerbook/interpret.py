@@ -63,7 +63,7 @@ def attention_patterns(model: GPT, # any GPT (pre- or post-norm, fused or not)
     patterns = []
     def record(attn, args, kwargs, output):
         x, mask = args[0], kwargs.get("mask")  # (B, T, D) normalised stream; bool mask, True = may attend
-        q, k = attn.split_heads(attn.q_proj(x)), attn.split_heads(attn.k_proj(x))  # (B, T, D) -> (B, H, T, Dh)
+        q, k = split_heads(attn.q_proj(x), attn.d_head), split_heads(attn.k_proj(x), attn.d_head)  # (B, T, D) -> (B, H, T, Dh)
         patterns.append(attention_weights(q, k, mask))  # (B, H, T, Dh) x (B, H, Dh, T) -> (B, H, T, T)
     hooks = [block.attn.register_forward_hook(record, with_kwargs=True) for block in model.blocks]
     try:

@@ -25,16 +25,14 @@ import torch
 from torch import Tensor, nn
 
 from .blocks import MLP_ACTIVATIONS, NORMS, TransformerBlock, make_norm
-from .embeddings import Embeddings, RotaryEmbedding, apply_rotary
+from .embeddings import POSITIONALS, Embeddings, RotaryEmbedding
 from .masking import causal_mask, combine_masks
+from .multihead import AttentionContext
 from .validation import check_choice, check_in_interval, check_instance, check_positive_int
 from .validation import check_positive_ints, check_positive_number
 
 # %% auto #0
-__all__ = ['POSITIONALS', 'GPTConfig', 'gpt2_init', 'GPT', 'eval_mode', 'approx_non_embedding_params', 'logit_lens']
-
-# %% ../nbs/06_lm_head.ipynb #e9936979
-POSITIONALS = ("learned", "sinusoidal", "rotary")  # where positions enter: added to x (first two) or rotating q and k
+__all__ = ['GPTConfig', 'gpt2_init', 'GPT', 'eval_mode', 'approx_non_embedding_params', 'logit_lens']
 
 # %% ../nbs/06_lm_head.ipynb #9a976881
 def _drop_gpt2_switches(d: dict, # a `GPTConfig` as a dict (`dataclasses.asdict`)
@@ -138,16 +136,17 @@ def gpt2_init(module: nn.Module, # a GPT, or a part of one (e.g. an MoE layer) b
 
 # %% ../nbs/06_lm_head.ipynb #e9347181
 def _make_rotary(c: GPTConfig) -> RotaryEmbedding | None:
-    "Rotary positions (chapter 5) if `c.positional == 'rotary'`: they act inside attention, on q and k; else None."
-    return RotaryEmbedding(c.d_head, c.context_length, base=c.rope_theta, scaling=c.rope_scaling) \
+    "Rotary positions (chapter 5) if `c.positional == 'rotary'`, one table that every attention layer holds; else None."
+    return RotaryEmbedding(c.d_head, c.context_length, theta=c.rope_theta, scaling=c.rope_scaling) \
         if c.positional == "rotary" else None
 
-def _make_blocks(c: GPTConfig) -> nn.ModuleList:
+def _make_blocks(c: GPTConfig, rotary: RotaryEmbedding | None) -> nn.ModuleList:
     "`c.n_layers` transformer blocks (chapter 4) with the configuration's sizes and switches."
     return nn.ModuleList([
         TransformerBlock(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, bias=c.bias,
                          norm=c.norm, activation=c.activation, layer_norm_eps=c.layer_norm_eps, fused=c.fused,
-                         normalization=c.normalization, n_kv_heads=c.n_kv_heads, d_head=c.d_head, qk_norm=c.qk_norm)
+                         normalization=c.normalization, n_kv_heads=c.n_kv_heads, d_head=c.d_head, qk_norm=c.qk_norm,
+                         rotary=rotary)
         for _ in range(c.n_layers)])
 
 def _make_final_norm(c: GPTConfig) -> nn.Module:
@@ -156,42 +155,18 @@ def _make_final_norm(c: GPTConfig) -> nn.Module:
         if c.norm == "pre" else nn.Identity()
 
 # %% ../nbs/06_lm_head.ipynb #9ad6f231
-def _attention_mask(causal: bool, # the config's `causal`; False masks only the padding (BERT, chapter 11b)
-                    T: int, # new positions
-                    past: int, # positions already in the KV cache; S = past + T keys
-                    padding_mask: Tensor | None, # (B, S) bool, True = real token
-                    device=None, # where to build the causal mask
-                   ) -> tuple: # mask None, (T, S), (B, 1, T, S) or (B, 1, 1, S) bool; is_causal
-    "The mask every block applies, and whether it is the plain causal one (`is_causal`, for SDPA)."
-    is_causal = causal and padding_mask is None and past == 0
-    if (T == 1 or not causal) and padding_mask is None: return None, is_causal  # every key may be seen
-    return combine_masks(causal_mask(T, past + T, device=device) if causal else None, padding_mask), is_causal
-
-# %% ../nbs/06_lm_head.ipynb #e2926f4b
-def _rotate_qk(rotary: RotaryEmbedding | None, # the model's rotary positions, or None
-               position_ids: Tensor, # (T,) or (B, T) int64
-              ): # (q, k) -> (q, k) rotated, shared by every layer; None without rotary positions
-    "Look the rotation angles up once per call (chapter 5); each block's attention applies them to its q and k."
-    if rotary is None: return None
-    cos, sin = rotary.cos_sin(position_ids)  # (T, Dh) or (B, 1, T, Dh)
-    return lambda q, k: (apply_rotary(q, cos.to(q.dtype), sin.to(q.dtype)),
-                         apply_rotary(k, cos.to(k.dtype), sin.to(k.dtype)))
-
-# %% ../nbs/06_lm_head.ipynb #ab01d3d0
-def _run_blocks(blocks: nn.ModuleList, # the model's transformer blocks
-                x: Tensor, # (B, T, D) the embedded tokens
-                mask: Tensor | None, # from `_attention_mask`, checked once for all layers
-                rotate, # from `_rotate_qk`, or None
-                kv_cache, # per-layer caches `kv_cache.layers`, or None
-                is_causal: bool, # from `_attention_mask`
-               ) -> list[Tensor]: # n_layers + 1 tensors (B, T, D): before each block, and after the last
-    "Apply the blocks in turn, keeping the residual stream (J&M 10.4) at every layer boundary."
-    states = [x]
-    for i, block in enumerate(blocks):
-        x = block(x, mask=mask, layer_cache=None if kv_cache is None else kv_cache.layers[i], rotate=rotate,
-                  validate_mask=False, is_causal=is_causal)  # (B, T, D)
-        states.append(x)
-    return states
+def _attention_context(c: GPTConfig, # the model's configuration; `causal=False` masks only the padding (chapter 11b)
+                       rotary: RotaryEmbedding | None, # the model's rotary positions, or None
+                       T: int, past: int, # new positions, and positions already in the KV cache; S = past + T keys
+                       padding_mask: Tensor | None, # (B, S) bool, True = real token
+                       position_ids: Tensor, # (T,) or (B, T) int64, checked by the embeddings
+                      ) -> AttentionContext: # mask None, (T, S), (B, 1, T, S) or (B, 1, 1, S) bool; is_causal; rotation
+    "What every block's attention shares in one call: the mask, whether it is the plain causal one, the rotation."
+    is_causal = c.causal and padding_mask is None and past == 0
+    everything = (T == 1 or not c.causal) and padding_mask is None  # every key may be seen
+    mask = None if everything else combine_masks(
+        causal_mask(T, past + T, device=position_ids.device) if c.causal else None, padding_mask)
+    return AttentionContext(mask, is_causal, None if rotary is None else rotary.cos_sin(position_ids))
 
 # %% ../nbs/06_lm_head.ipynb #501bdbdc
 class GPT(nn.Module):
@@ -203,7 +178,7 @@ class GPT(nn.Module):
         self.config = c = config
         self.embeddings = Embeddings(c.vocab_size, c.context_length, c.d_model, c.dropout, c.positional)
         self.rotary = _make_rotary(c)  # None unless positional="rotary"
-        self.blocks = _make_blocks(c)
+        self.blocks = _make_blocks(c, self.rotary)  # every attention layer holds the one rotary table
         self.ln_f = _make_final_norm(c)  # nn.Identity for post-norm
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)  # unembedding: D -> V; weight (V, D)
         gpt2_init(self, c.n_layers)
@@ -213,21 +188,21 @@ class GPT(nn.Module):
                         padding_mask: Tensor | None = None, # (B, S) bool, True = real token; S = cached + T
                         position_ids: Tensor | None = None, # (B, T) int64; default: cached length + 0..T-1
                         kv_cache=None, # per-layer caches `kv_cache.layers` (chapter 7's `KVCache`), filled in place
-                        validate: bool = True, # False skips the argument checks (for a caller that made them once)
-                       ) -> list[Tensor]: # n_layers + 1 tensors (B, T, D): before each block, and after the last
-        """The residual stream (J&M 10.4) at every layer boundary; the last entry is after the final norm. Raises
-        `ValueError`/`TypeError` naming the bad argument."""
-        if validate: B, T, past = _check_inputs(self.config, token_ids, padding_mask, position_ids, kv_cache)
-        else: (B, T), past = token_ids.shape, 0 if kv_cache is None else len(kv_cache)
+                       ) -> list[Tensor]: # n_layers + 1 tensors (B, T, D): the embeddings, then each block's output
+        """The residual stream (J&M 10.4) at every layer boundary, before the final norm. Raises `ValueError` or
+        `TypeError` naming the bad argument (`_check_inputs`; the embeddings check the ids and positions)."""
+        B, T, past = _check_inputs(self.config, token_ids, padding_mask, position_ids, kv_cache)
         if position_ids is None: position_ids = torch.arange(past, past + T, device=token_ids.device)  # (T,)
-        mask, is_causal = _attention_mask(self.config.causal, T, past, padding_mask, token_ids.device)
-        x = self.embeddings(token_ids, position_ids, validate=validate)  # (B, T, D); checks the ids and positions
-        states = _run_blocks(self.blocks, x, mask, _rotate_qk(self.rotary, position_ids), kv_cache, is_causal)
-        return states[:-1] + [self.ln_f(states[-1])]
+        states = [self.embeddings(token_ids, position_ids)]  # (B, T, D)
+        context = _attention_context(self.config, self.rotary, T, past, padding_mask, position_ids)  # once per call
+        for i, block in enumerate(self.blocks):
+            states.append(block(states[-1], layer_cache=None if kv_cache is None else kv_cache.layers[i],
+                                context=context))  # (B, T, D)
+        return states
     def forward(self, token_ids: Tensor, padding_mask: Tensor | None = None, position_ids: Tensor | None = None,
-                kv_cache=None, validate: bool = True) -> Tensor: # (B, T, vocab_size) logits u (J&M eq. 10.44)
-        "Logits u = lm_head(h_L) = h_L Eᵀ with tied weights, at every position; arguments as in `residual_stream`."
-        return self.lm_head(self.residual_stream(token_ids, padding_mask, position_ids, kv_cache, validate)[-1])
+                kv_cache=None) -> Tensor: # (B, T, vocab_size) logits u (J&M eq. 10.44)
+        "Logits u = lm_head(ln_f(h_L)) (= h_L Eᵀ with tied weights) at every position; arguments: `residual_stream`."
+        return self.lm_head(self.ln_f(self.residual_stream(token_ids, padding_mask, position_ids, kv_cache)[-1]))
     def n_params(self, non_embedding: bool = False) -> int:
         """Number of distinct parameters (a tied matrix counts once). `non_embedding=True` drops the token and
         learned position tables (Kaplan et al. 2020's N); an untied `lm_head` still counts."""
@@ -294,6 +269,5 @@ def logit_lens(model: GPT, # any GPT; a post-norm model has no ln_f (identity)
     Runs the model in eval mode (no dropout, so the result is deterministic) and restores its mode afterwards.
     Raises what `GPT.residual_stream` raises for bad token_ids or padding_mask."""
     with eval_mode(model):
-        states = model.residual_stream(token_ids, padding_mask)  # n_layers + 1 × (B, T, D); the last already has ln_f
-        normed = [model.ln_f(h) for h in states[:-1]] + [states[-1]]
-        return torch.stack([model.lm_head(h) for h in normed])  # (L+1, B, T, D) -> (L+1, B, T, V)
+        states = model.residual_stream(token_ids, padding_mask)  # n_layers + 1 × (B, T, D)
+        return torch.stack([model.lm_head(model.ln_f(h)) for h in states])  # (L+1, B, T, D) -> (L+1, B, T, V)

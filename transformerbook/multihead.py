@@ -1,13 +1,17 @@
 """Several attention heads side by side, each with its own projections, concatenated and mixed by W_O (J&M 10.2).
 
 **In the package** (`transformerbook.multihead`): `MultiHeadAttention(d_model, n_heads)` maps (B, T, d_model) to
-(B, T, d_model) with n_heads heads of size d_head = d_model // n_heads; `fused=True` calls torch's fused attention
-kernel instead of the book's code; `n_kv_heads` < n_heads shares each key/value head among several query heads
-(grouped-query attention) and `qk_norm=True` RMS-normalises each head's queries and keys. For generation, `forward`
-takes a `layer_cache`: any per-layer cache with `update(k, v) -> (k_all, v_all)`, which appends the new positions' keys
-and values, (B, n_kv_heads, T, d_head), and returns all the cached ones, (B, n_kv_heads, S, d_head) (chapter 7's
-`sampling.LayerKVCache`). Its steps: `split_heads(x, d_head)` and `merge_heads(x)` reshape (B, T, H·Dh)
-to (B, H, T, Dh) and back; `repeat_kv(k, v, n_rep)` repeats each key/value head for the query heads it serves.
+(B, T, d_model) with n_heads heads of size d_head = d_model // n_heads. Each of its switches is a part it owns:
+`n_kv_heads` < n_heads shares each key/value head among several query heads (grouped-query attention),
+`qk_norm=True` RMS-normalises each head's queries and keys, `rotary` turns them by position (chapter 5), and
+`fused=True` calls torch's fused attention kernel instead of the book's code. Its `pattern`, an `ObservationPoint`,
+shows the attention weights it multiplies its values by, (B, H, T, S), to a forward hook, whatever the switches. A
+model hands all its layers one `AttentionContext` per call (the mask, whether it is the causal one, the rotation),
+checked once. For generation, `forward` takes a `layer_cache`: any per-layer cache with `update(k, v) -> (k_all,
+v_all)`, which appends the new positions' keys and values, (B, n_kv_heads, T, d_head), and returns all the cached ones,
+(B, n_kv_heads, S, d_head) (chapter 7's `sampling.LayerKVCache`). Its steps: `split_heads(x, d_head)` and
+`merge_heads(x)` reshape (B, T, H·Dh) to (B, H, T, Dh) and back; `repeat_kv(k, v, n_rep)` repeats each key/value head
+for the query heads it serves.
 
 Docs: https://transformerbook.github.io/transformerbook/multihead.html.md"""
 
@@ -16,17 +20,18 @@ Docs: https://transformerbook.github.io/transformerbook/multihead.html.md"""
 # %% ../nbs/03_multihead.ipynb #9e00df16
 from __future__ import annotations
 
-from typing import Callable
+import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import attention_weights
+from .attention import masked_softmax
 from .validation import check_input_dtype, check_mask, check_positive_ints
 
 # %% auto #0
-__all__ = ['split_heads', 'merge_heads', 'MultiHeadAttention', 'repeat_kv']
+__all__ = ['split_heads', 'merge_heads', 'ObservationPoint', 'AttentionContext', 'MultiHeadAttention', 'repeat_kv']
 
 # %% ../nbs/03_multihead.ipynb #1419757f
 def split_heads(x: Tensor, # (B, T, n·Dh): the n heads' features side by side
@@ -43,102 +48,90 @@ def merge_heads(x: Tensor, # (B, H, T, Dh)
     return x.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, H, Dh) -> (B, T, H·Dh)
 
 # %% ../nbs/03_multihead.ipynb #418912dd
-class _MultiHeadLayers(nn.Module):
-    "`MultiHeadAttention`'s constructor (each argument explained) and head reshapes; the subclass adds `forward`."
-    def __init__(self,
-                 d_model: int, # model width D
-                 n_heads: int, # number of query heads H; must divide d_model unless d_head is given
-                 dropout: float = 0.0, # dropout on attention weights and on the output
+class ObservationPoint(nn.Identity):
+    """A named place inside a layer where a tensor can be watched: it returns its input unchanged, and a forward hook
+    registered on it (`register_forward_hook`) receives that tensor; a hook that returns a tensor replaces it. In the
+    spirit of TransformerLens's hook points (Nanda and Bloom 2022), in plain PyTorch."""
+    @property
+    def observed(self) -> bool:
+        "Whether a hook is registered: a layer whose fused kernel never forms the tensor then computes it explicitly."
+        return bool(self._forward_hooks or self._forward_pre_hooks)
+
+class AttentionContext(NamedTuple):
+    """What every attention layer of one model call shares, built and checked once by the model (chapter 6's `GPT`);
+    a layer called on its own builds one from its `mask` argument."""
+    mask: Tensor | None = None  # bool, broadcastable to (B, H, T, S); True = may attend
+    is_causal: bool = False  # `mask` is the plain causal mask (no padding, no cache): a fused kernel may use its own
+    rotation: tuple[Tensor, Tensor] | None = None  # cos, sin of the angles (chapter 5): (T, Dh) or (B, 1, T, Dh)
+
+# %% ../nbs/03_multihead.ipynb #d7722620
+class MultiHeadAttention(nn.Module):
+    """Multi-head self-attention (J&M eqs. 10.17-10.19; Vaswani et al. 2017 §3.2.2): (B, T, D) -> (B, T, D).
+    Its parts, each a switch: `n_kv_heads` (grouped-query attention), `q_norm`/`k_norm` (QK-norm), `rotary`,
+    `fused`; `pattern` shows a hook the weights α (B, H, T, S). `ValueError`: head counts that do not divide, bad x."""
+    def __init__(self, d_model: int, # model width D
+                 n_heads: int, # query heads H; must divide d_model unless d_head is given
+                 dropout: float = 0.0, # dropout on the attention weights and on the output
                  bias: bool = True, # biases in the four projections (GPT-2: True; Llama, Qwen3: False)
-                 fused: bool = False, # use torch's fused scaled_dot_product_attention (same maths, faster)
-                 n_kv_heads: int | None = None, # key/value heads KV, dividing H; None = H (multi-head), 1 = multi-query
+                 fused: bool = False, # torch's fused scaled_dot_product_attention (same maths, faster)
+                 n_kv_heads: int | None = None, # key/value heads KV, dividing H; None = H, 1 = multi-query
                  d_head: int | None = None, # per-head width Dh; None = d_model // n_heads
-                 qk_norm: bool = False, # RMSNorm over each head's queries and keys (Qwen3); torch's nn.RMSNorm
-                 qk_norm_eps: float = 1e-6, # ε of those RMSNorms
+                 qk_norm: bool = False, qk_norm_eps: float = 1e-6, # RMSNorm (ε) of each head's q and k (Qwen3)
+                 rotary: nn.Module | None = None, # rotary positions (chapter 5's `RotaryEmbedding`), or None
                 ):
         super().__init__()
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        _check_heads(d_model, n_heads, n_kv_heads, d_head)
-        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.d_head = d_model // n_heads if d_head is None else d_head
-        self.dropout, self.fused = dropout, fused
-        H, KV, Dh = n_heads, n_kv_heads, self.d_head
-        self.q_proj = nn.Linear(d_model, H * Dh, bias=bias)  # W_Q of all heads side by side: (D, H·Dh)
-        self.k_proj = nn.Linear(d_model, KV * Dh, bias=bias)  # W_K: (D, KV·Dh)
-        self.v_proj = nn.Linear(d_model, KV * Dh, bias=bias)  # W_V: (D, KV·Dh)
-        self.out_proj = nn.Linear(H * Dh, d_model, bias=bias)  # W_O: (H·Dh, D)
-        self.q_norm = nn.RMSNorm(Dh, eps=qk_norm_eps) if qk_norm else None  # chapter 4 builds RMSNorm from scratch
-        self.k_norm = nn.RMSNorm(Dh, eps=qk_norm_eps) if qk_norm else None
-        self.attn_dropout = nn.Dropout(dropout)
-        self.resid_dropout = nn.Dropout(dropout)
+        self.d_model, self.dropout, self.fused, self.rotary, self.pattern = d_model, dropout, fused, rotary, \
+            ObservationPoint()
+        self.n_heads, self.n_kv_heads, self.d_head = H, KV, Dh = _check_heads(d_model, n_heads, n_kv_heads, d_head)
+        self.q_proj, self.k_proj = nn.Linear(d_model, H * Dh, bias=bias), nn.Linear(d_model, KV * Dh, bias=bias)
+        self.v_proj, self.out_proj = nn.Linear(d_model, KV * Dh, bias=bias), nn.Linear(H * Dh, d_model, bias=bias)
+        self.q_norm, self.k_norm = [nn.RMSNorm(Dh, qk_norm_eps) for _ in range(2)] if qk_norm else [None, None]
+        self.attn_dropout, self.resid_dropout = nn.Dropout(dropout), nn.Dropout(dropout)
+    def forward(self, x: Tensor, # (B, T, D) float
+                mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
+                layer_cache=None, # this layer's KV cache (chapter 7): `update(k, v)` appends, returns all
+                context: AttentionContext | None = None, # instead of `mask`: one model call's, checked there
+               ) -> Tensor: # (B, T, D)
+        ctx = _call_context(self, x, mask, layer_cache, context)  # checks x and the mask, unless a model did
+        q, k, v = (split_heads(p(x), self.d_head) for p in (self.q_proj, self.k_proj, self.v_proj))  # (B, H|KV, T, Dh)
+        if self.q_norm is not None: q, k = self.q_norm(q), self.k_norm(k)  # QK-norm, before the rotation
+        if self.rotary is not None: q, k = self.rotary.rotate(q, k, ctx.rotation)  # positions turn q and k
+        if layer_cache is not None: k, v = layer_cache.update(k, v)  # (B, KV, S, Dh), S = cached + T
+        if self.fused and not self.pattern.observed:  # torch's kernel (below): α is never formed
+            out = _fused_attention(q, k, v, ctx.mask, ctx.is_causal, self.dropout if self.training else 0.0)
+        else:  # key/value heads lined up with their query heads (below), then chapter 1's weights
+            if self.n_kv_heads != self.n_heads: k, v = repeat_kv(k, v, self.n_heads // self.n_kv_heads)  # (B, H, S, Dh)
+            weights = self.pattern(masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(self.d_head), ctx.mask))
+            out = self.attn_dropout(weights) @ v  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
+        return self.resid_dropout(self.out_proj(merge_heads(out)))  # (B, T, H·Dh) -> (B, T, D)
 
-    def split_heads(self, x: Tensor) -> Tensor:
-        "(B, T, n·Dh) -> (B, n, T, Dh): head i gets features i·Dh .. (i+1)·Dh - 1 of every position"
-        return split_heads(x, self.d_head)
-
-    def merge_heads(self, x: Tensor) -> Tensor:
-        "(B, H, T, Dh) -> (B, T, H·Dh): concatenate the heads, head_1 ⊕ ... ⊕ head_H (J&M eq. 10.19)"
-        return merge_heads(x)
-
-# %% ../nbs/03_multihead.ipynb #c7f91a07
-def _check_heads(d_model: int, n_heads: int, n_kv_heads: int, d_head: int | None):
-    "The head counts are positive, n_heads divides d_model (unless d_head is given), n_kv_heads divides n_heads."
+# %% ../nbs/03_multihead.ipynb #6d1e3c4b
+def _check_heads(d_model: int, n_heads: int, n_kv_heads: int | None, d_head: int | None) -> tuple[int, int, int]:
+    "H, KV and Dh once checked: positive, n_heads divides d_model (unless d_head is given), n_kv_heads divides n_heads."
+    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
     check_positive_ints(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
     if d_head is None and d_model % n_heads != 0:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
     if n_heads % n_kv_heads != 0:
         raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}: each key/value head "
                          f"must serve the same number of query heads")
+    return n_heads, n_kv_heads, d_model // n_heads if d_head is None else d_head
 
-# %% ../nbs/03_multihead.ipynb #d7722620
-class MultiHeadAttention(_MultiHeadLayers):
-    """Multi-head self-attention (J&M eqs. 10.17-10.19; Vaswani et al. 2017 §3.2.2), optionally with fewer key/value
-    heads (grouped-query attention, Ainslie et al. 2023; multi-query for n_kv_heads=1, Shazeer 2019) and RMS-normalised
-    queries and keys (QK-norm, as in Qwen3 and OLMo 2). Each of the `n_heads` heads attends with its own d_head-wide
-    slice of the q projection; each of the `n_kv_heads` key/value heads serves n_heads / n_kv_heads of them; `out_proj`
-    (W_O) mixes the concatenated heads. Defaults: 4·d_model² weights + 4·d_model biases (if `bias`), whatever n_heads
-    is. The constructor's arguments are listed in `_MultiHeadLayers`, above. Raises `ValueError` if n_heads does not
-    divide d_model (d_head not given) or n_kv_heads does not divide n_heads."""
-    def forward(self,
-                x: Tensor, # (B, T, D) float
-                mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
-                layer_cache=None, # this layer's cache: `update(k, v)` appends the new keys/values, returns all
-                rotate: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None, # (q, k) -> (q, k): rotary
-                validate_mask: bool = True, # False when the caller (a GPT) has checked the mask once for all layers
-                is_causal: bool = False, # True: `mask` is the plain causal mask (T = S, no padding): fused SDPA's own
-               ) -> Tensor: # (B, T, D)
-        """Attend over the T new positions (and the cached ones). `rotate` acts on the new queries and keys before
-        they are cached (chapter 5's rotary embedding). Raises `TypeError`/`ValueError` for a bad x or mask."""
-        _check_attention_input(self, x, mask, layer_cache, validate_mask)  # before the cache is touched
-        q = self.split_heads(self.q_proj(x))  # (B, T, H·Dh) -> (B, H, T, Dh)
-        k = self.split_heads(self.k_proj(x))  # (B, KV, T, Dh)
-        v = self.split_heads(self.v_proj(x))  # (B, KV, T, Dh)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)  # each head's vectors RMS-normalised (Qwen3), before the rotation
-        if rotate is not None:
-            q, k = rotate(q, k)  # positions enter here, as rotations (chapter 5)
-        if layer_cache is not None:
-            k, v = layer_cache.update(k, v)  # (B, KV, S, Dh), S = cached + T: the cache holds KV heads, not H
-        if self.fused:  # torch's kernel (below)
-            out = _fused_attention(q, k, v, mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0)
-        else:
-            if self.n_kv_heads != self.n_heads:  # grouped-query attention (below)
-                k, v = repeat_kv(k, v, n_rep=self.n_heads // self.n_kv_heads)  # (B, KV, S, Dh) -> (B, H, S, Dh)
-            out = self.attn_dropout(attention_weights(q, k, mask, validate=False)) @ v  # (B, H, T, S) @ (B, H, S, Dh)
-        return self.resid_dropout(self.out_proj(self.merge_heads(out)))  # (B, T, H·Dh) -> (B, T, D)
-
-# %% ../nbs/03_multihead.ipynb #6d1e3c4b
-def _check_attention_input(mha: MultiHeadAttention, x, mask, layer_cache, validate_mask: bool):
-    "The checks of `mha.forward`: x a (B, T, d_model) float tensor of the weights' dtype; the mask, unless told not to."
+def _call_context(mha: MultiHeadAttention, x, mask, layer_cache, context) -> AttentionContext:
+    "A model's `context` as it is; else x and `mask` checked (the same checks as chapter 1's) and a context built."
+    if context is not None:
+        if mask is not None: raise ValueError("pass the mask either as `mask` or inside `context`, not both")
+        return context
     if not isinstance(x, Tensor) or not x.is_floating_point():
         raise TypeError(f"x must be a floating-point torch.Tensor, got "
                         f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
     if x.dim() != 3 or x.shape[-1] != mha.d_model:
         raise ValueError(f"x must have shape (B, T, d_model={mha.d_model}), got {tuple(x.shape)}")
     check_input_dtype(x, mha.q_proj.weight)
-    if mask is not None and validate_mask:  # q, k and the mask are then not checked again by attention_weights
-        S = x.shape[1] + (len(layer_cache) if layer_cache is not None else 0)
-        check_mask(mask, torch.Size((x.shape[0], mha.n_heads, x.shape[1], S)))  # the same check as chapter 1's
+    T, S = x.shape[1], x.shape[1] + (len(layer_cache) if layer_cache is not None else 0)
+    if mask is not None: check_mask(mask, torch.Size((x.shape[0], mha.n_heads, T, S)))
+    rotation = None if mha.rotary is None else mha.rotary.cos_sin(torch.arange(S - T, S, device=x.device))
+    return AttentionContext(mask, False, rotation)
 
 # %% ../nbs/03_multihead.ipynb #a25ae6c8
 _SDPA_GQA = torch.__version__ >= "2.5"  # scaled_dot_product_attention(enable_gqa=True) exists from torch 2.5

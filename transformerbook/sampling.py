@@ -300,9 +300,8 @@ def _next_logits(model: nn.Module, # a `GPT`
         x, m = ids[:, max(0, N - C):N], mask[:, max(0, N - C):N]  # (B, min(N, C))
         pos = positions[:, :N] if N <= C else _position_ids(m)  # past the window, count from its start
         cache = KVCache(model.config.n_layers, max_length=min(ids.shape[1] - 1, C)) if use_kv_cache else None
-    h = model.residual_stream(x, padding_mask=m if padded else None, position_ids=pos, kv_cache=cache,
-                              validate=False)[-1][:, -1]  # (B, D): the last position
-    return model.lm_head(h), cache  # (B, V): the unembedding for the one position we sample
+    h = model.residual_stream(x, padding_mask=m if padded else None, position_ids=pos, kv_cache=cache)[-1][:, -1]
+    return model.lm_head(model.ln_f(h)), cache  # (B, V): the final norm and unembedding of the one position we sample
 
 # %% ../nbs/07_sampling.ipynb #81239c14
 def _next_token(logits: Tensor, # (B, V) float

@@ -120,10 +120,12 @@ def check_ids_below(ids: Tensor, # integer ids
                     what: str = "token id", # what one id is, for the message
                     hint: str = "", # appended after a colon
                    ) -> None:
-    "Raise `ValueError` naming the first id outside [0, high)."
-    if ids.numel() and (ids.min() < 0 or ids.max() >= high):
-        bad = ids[(ids < 0) | (ids >= high)]
-        raise ValueError(f"{what} {bad[0].item()} is outside [0, {bound}={high})" + (f": {hint}" if hint else ""))
+    """Raise `ValueError` naming the first id outside [0, high). Ids on the CPU are read in numpy (no tensor is read
+    back); ids on an accelerator are read back to the host, which waits for the device."""
+    values = ids.numpy() if ids.device.type == "cpu" else ids
+    bad = values[(values < 0) | (values >= high)]
+    if len(bad):
+        raise ValueError(f"{what} {int(bad[0])} is outside [0, {bound}={high})" + (f": {hint}" if hint else ""))
 
 # %% ../nbs/00_notation.ipynb #0cc92eee
 def check_bool_mask(name: str, mask) -> None:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
 from ..masking import causal_mask, combine_masks, make_padding_mask
-from ..multihead import MultiHeadAttention
+from ..multihead import MultiHeadAttention, merge_heads, split_heads
 
 # %% auto #0
 __all__ = ['META_CASES', 'check_split_heads', 'check_merge_heads', 'check_multihead_class', 'check_from_torch']
@@ -34,11 +34,11 @@ def _same(a, b) -> bool:
 @checker("Exercise 3.2 — split the heads")
 def check_split_heads(fn, # fn(x (B, T, D), n_heads) -> (B, H, T, D / H)
                      ) -> None:
-    "Check `fn(x, n_heads)` against `MultiHeadAttention.split_heads`, recognising wrong reshape orders."
+    "Check `fn(x, n_heads)` against `multihead.split_heads`, recognising wrong reshape orders."
     g = torch.Generator().manual_seed(0)
     for B, T, D, H in ((2, 5, 12, 3), (1, 4, 8, 2), (3, 1, 6, 6)):
         x = torch.randn(B, T, D, generator=g)
-        ref = MultiHeadAttention(D, H).split_heads(x)  # (B, H, T, Dh)
+        ref = split_heads(x, D // H)  # (B, H, T, Dh)
         out = call_learner(fn, x, H, what=f"fn(x of shape {(B, T, D)}, n_heads={H})",
                            hint="read B, T, D from x.shape; view(B, T, H, D // H) then transpose(1, 2).")
         Dh = D // H
@@ -60,11 +60,11 @@ def check_split_heads(fn, # fn(x (B, T, D), n_heads) -> (B, H, T, D / H)
 @checker("Exercise 3.3 — merge the heads")
 def check_merge_heads(fn, # fn(x (B, H, T, Dh)) -> (B, T, H·Dh): the heads concatenated per position
                      ) -> None:
-    "Check `fn(x)` against `MultiHeadAttention.merge_heads` and that it undoes `split_heads`."
+    "Check `fn(x)` against `multihead.merge_heads` and that it undoes `split_heads`."
     g = torch.Generator().manual_seed(1)
     for B, H, T, Dh in ((2, 3, 5, 4), (1, 2, 4, 3), (2, 4, 1, 2)):
         x = torch.randn(B, H, T, Dh, generator=g)
-        ref = MultiHeadAttention(H * Dh, H).merge_heads(x)  # (B, T, D)
+        ref = merge_heads(x)  # (B, T, D)
         out = call_learner(fn, x, what=f"fn(x of shape {(B, H, T, Dh)})",
                            hint="after transpose(1, 2) the tensor is not contiguous: use reshape, not view.")
         if _same(out, x.reshape(B, T, H * Dh)) and T > 1:
@@ -81,7 +81,7 @@ def check_merge_heads(fn, # fn(x (B, H, T, Dh)) -> (B, T, H·Dh): the heads conc
         assert_tensors_close(out, ref, f"fn(x of shape {(B, H, T, Dh)})",
                              hint="(B, H, T, Dh) -> transpose(1, 2) -> (B, T, H, Dh) -> reshape (B, T, H·Dh)")
     x = torch.randn(2, 5, 12, generator=g)
-    merged = call_learner(fn, MultiHeadAttention(12, 3).split_heads(x), what="fn(split_heads(x))")
+    merged = call_learner(fn, split_heads(x, 4), what="fn(split_heads(x))")
     assert_tensors_close(merged, x, "fn(split_heads(x))",
                          hint="merging must undo splitting exactly")
 
