@@ -32,7 +32,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .attention import attention_weights
 from .lm_head import GPT, GPTConfig, eval_mode, logit_lens
 from .model_cache import run_dir
 from .training import CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint
@@ -51,21 +50,18 @@ def _check_model(model) -> None:
     if not isinstance(model, GPT): raise TypeError(f"model must be a transformerbook GPT, got {type(model).__name__}")
 
 @torch.no_grad()
-def attention_patterns(model: GPT, # any GPT (pre- or post-norm, fused or not)
+def attention_patterns(model: GPT, # any GPT: GPT-2- or Llama/Qwen3-style, pre- or post-norm, fused or not
                        token_ids: Tensor, # (B, T) int64 in [0, vocab_size), T <= context_length
                       ) -> Tensor: # (n_layers, B, H, T, T) float: weights[l, b, h, i, j] = α_ij of head h in layer l
     """Every head's attention weights α (J&M eq. 10.11: the softmax of the scaled scores, after the causal mask) on
-    `token_ids`, read out with a forward hook on each block's attention: the hook receives the attention's input
-    (the normalised residual stream) and mask, and recomputes q, k and `attention_weights(q, k, mask)`, the same
-    weights the layer multiplies its values by. Runs in eval mode (no dropout) and restores the mode. Raises
-    `TypeError` for a model that is not a `GPT`, and what `GPT.forward` raises for bad token_ids."""
+    `token_ids`, read at each layer's observation point `attn.pattern` (chapter 3): the weights the layer multiplied
+    its values by, whatever its switches (rotary positions, QK-norm, shared key/value heads, a fused kernel). Runs in
+    eval mode (no dropout) and restores the mode. Raises `TypeError` for a model that is not a `GPT`, and what
+    `GPT.forward` raises for bad token_ids."""
     _check_model(model)
     patterns = []
-    def record(attn, args, kwargs, output):
-        x, mask = args[0], kwargs.get("mask")  # (B, T, D) normalised stream; bool mask, True = may attend
-        q, k = split_heads(attn.q_proj(x), attn.d_head), split_heads(attn.k_proj(x), attn.d_head)  # (B, T, D) -> (B, H, T, Dh)
-        patterns.append(attention_weights(q, k, mask))  # (B, H, T, Dh) x (B, H, Dh, T) -> (B, H, T, T)
-    hooks = [block.attn.register_forward_hook(record, with_kwargs=True) for block in model.blocks]
+    hooks = [block.attn.pattern.register_forward_hook(lambda module, args, weights: patterns.append(weights))
+             for block in model.blocks]
     try:
         with eval_mode(model):
             model(token_ids)
