@@ -7,8 +7,9 @@ the weights are those of one uninterrupted run; `interpret.induction_model()` is
 it records `interpret.induction_metrics`: validation
 loss, loss on the first and second copy of repeated text and of repeated random characters, and every head's
 previous-token, first-token, newline and induction scores. It does the same for the same run with the baby GPT's
-learning rate (1e-3 instead of 3e-3), in which no induction head forms, and it measures the cached baby GPT
-(`training.shakespeare_model("char")`) the same way, as the model trained on ordinary text only.
+learning rate (1e-3 instead of 3e-3), in which no induction head forms; for the same budget with chapter 12's parts
+(`induction_configs("llama")`: RMSNorm, rotary positions, SwiGLU, 2 key/value heads); and it measures the cached
+baby GPT (`training.shakespeare_model("char")`) the same way, as the model trained on ordinary text only.
 
 Writes `transformerbook/results/induction.json`. The snapshots live in the model cache (`cache_dir()/models/
 induction-stages-<hash>`), so a second run only re-measures them. Training took about 25 minutes per run on a
@@ -32,24 +33,29 @@ from transformerbook.training import load_dataset, load_model, shakespeare_model
 BABY_LR = {"learning_rate": 1e-3, "min_lr": 1e-4}  # the baby GPT's schedule, for comparison
 
 
+ARMS = (("snapshots", "gpt2", {}), ("baby_lr", "gpt2", BABY_LR), ("llama", "llama", {}))  # name, style, overrides
+
+
 def run(max_iters: int = 3000, every: int = 100, seed: int = 1337, out_dir: Path | None = None,
-        baby: bool = True, compare_lr: bool = True) -> dict:
+        baby: bool = True, compare_lr: bool = True, llama: bool = True) -> dict:
     "Train in stages (or reuse the cached snapshots), measure every snapshot; the results dict of the JSON file."
     model_cfg, train_cfg = induction_configs(max_iters=max_iters, seed=seed)  # the cosine ends at step 3000 anyway
     tok, _, val_ids = load_dataset("tinyshakespeare", "char")
     newline_id = tok.encode("\n")[0]
     results = {"model_config": model_cfg.to_dict(), "train_config": train_cfg.to_dict(), "every": every,
-               "batch_fn": INDUCTION_BATCH}
-    for name, overrides in (("snapshots", {}), ("baby_lr", BABY_LR)):  # the recipe, then the baby GPT's learning rate
-        if name == "baby_lr" and not compare_lr: continue
+               "batch_fn": INDUCTION_BATCH, "llama_model_config": induction_configs("llama")[0].to_dict()}
+    for name, style, overrides in ARMS:  # the recipe, the baby GPT's learning rate, the Llama-style model
+        if (name == "baby_lr" and not compare_lr) or (name == "llama" and not llama): continue
         run_dir = None if out_dir is None else Path(out_dir)/name
-        snapshots = induction_run(every, run_dir, progress=sys.stderr.isatty(), max_iters=max_iters, seed=seed,
-                                  **overrides)
+        snapshots = induction_run(every, run_dir, progress=sys.stderr.isatty(), style=style, max_iters=max_iters,
+                                  seed=seed, **overrides)
         rows = []
         for step, path in snapshots:
             model = load_model(path)[0]
             rows.append({"step": step, **induction_metrics(model, val_ids, newline_id)})
-            if name == "snapshots": results["weights_sha256"] = {"final": weights_sha256(model)}  # the last one stays
+            if name in ("snapshots", "llama"):  # the last snapshot's hash stays
+                results.setdefault("weights_sha256", {})["final" if name == "snapshots" else "llama"] = \
+                    weights_sha256(model)
             print(f"{name} step {step:5d}: val {rows[-1]['val_loss']:.3f}, repeated text {rows[-1]['text_first']:.3f} "
                   f"-> {rows[-1]['text_second']:.3f}, max induction score {max(map(max, rows[-1]['induction'])):.3f}")
         results[name] = rows

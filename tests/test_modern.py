@@ -102,7 +102,7 @@ def test_rotary_equals_hugging_face(theta, scaling):
     torch.testing.assert_close(rotary_frequencies(16, theta, scaling).float(), hf_rope.inv_freq)
     q, k, pos = torch.randn(2, 4, 50, 16), torch.randn(2, 2, 50, 16), torch.arange(50)[None].expand(2, 50)
     cos, sin = hf_rope(q, pos)
-    ours = RotaryEmbedding(16, 64, base=theta, scaling=scaling)
+    ours = RotaryEmbedding(16, 64, theta=theta, scaling=scaling)
     for a, b in zip(ours(q, k, pos), apply_rotary_pos_emb(q, k, cos, sin)):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 

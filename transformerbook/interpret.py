@@ -36,14 +36,15 @@ from .lm_head import GPT, GPTConfig, eval_mode, logit_lens
 from .model_cache import run_dir
 from .training import CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint
 from .training import load_dataset, load_model, save_checkpoint, train
-from .validation import check_in_interval, check_int_in_range, check_positive_int, check_positive_ints
+from .validation import check_choice, check_in_interval, check_int_in_range, check_positive_int
+from .validation import check_positive_ints
 
 # %% auto #0
-__all__ = ['HEAD_SCORES', 'INDUCTION_BATCH', 'attention_patterns', 'previous_token_score', 'first_token_score',
-           'token_attention_score', 'induction_score', 'repeated_random_tokens', 'repeated_text', 'loss_by_position',
-           'copy_losses', 'head_scores', 'repeat_segment_batch', 'induction_configs', 'train_in_stages',
-           'induction_run_dir', 'induction_run', 'induction_model', 'induction_metrics', 'head_outputs', 'ablated_head',
-           'logit_lens_losses']
+__all__ = ['HEAD_SCORES', 'INDUCTION_BATCH', 'INDUCTION_STYLES', 'attention_patterns', 'previous_token_score',
+           'first_token_score', 'token_attention_score', 'induction_score', 'repeated_random_tokens', 'repeated_text',
+           'loss_by_position', 'copy_losses', 'head_scores', 'repeat_segment_batch', 'induction_configs',
+           'train_in_stages', 'induction_run_dir', 'induction_run', 'induction_model', 'induction_metrics',
+           'head_outputs', 'ablated_head', 'logit_lens_losses']
 
 # %% ../nbs/11_inside.ipynb #3d3b84a6
 def _check_model(model) -> None:
@@ -205,15 +206,24 @@ def repeat_segment_batch(data: Tensor, # (N,) int64 token ids of a split
 
 # %% ../nbs/11_inside.ipynb #49056d9e
 INDUCTION_BATCH = "repeat_segment_batch(repeat_fraction=1.0)"  # names the sampler in the cache key
+INDUCTION_STYLES = {  # the GPT-2-style model, and the same budget with chapter 12's parts (Llama 3's choices)
+    "gpt2": {},
+    "llama": dict(normalization="rms", positional="rotary", activation="swiglu", d_ff=408, bias=False, n_kv_heads=2),
+}
 
-def induction_configs(**train_overrides, # e.g. max_iters=200
+def induction_configs(style: str = "gpt2", # a key of INDUCTION_STYLES
+                      **train_overrides, # e.g. max_iters=200
                      ) -> tuple: # (GPTConfig, TrainConfig)
     """A 2-layer, 4-head, d_model 128, context-128 character model and the baby GPT's optimiser settings except a
     3x larger learning rate (AdamW, lr 3e-3 -> 3e-4 by a cosine over 3,000 steps, batch 12), to be trained on
     `repeat_segment_batch` windows; with the baby's 1e-3 no induction head forms in 3,000 steps. The cosine always
-    ends at step 3,000, so a run with a smaller `max_iters` is the beginning of the full one."""
+    ends at step 3,000, so a run with a smaller `max_iters` is the beginning of the full one. style="llama" swaps in
+    RMSNorm, rotary positions, SwiGLU and 2 key/value heads, without biases, with d_ff 408 so that the two models
+    have the same number of weights to within 1%.
+    `ValueError` for an unknown style."""
+    check_choice("style", style, INDUCTION_STYLES)
     model_cfg = GPTConfig(vocab_size=65, context_length=128, d_model=128, n_heads=4, n_layers=2, dropout=0.0,
-                          fused=True)
+                          fused=True, **INDUCTION_STYLES[style])
     train_cfg = TrainConfig(**{**dict(max_iters=3000, batch_size=12, learning_rate=3e-3, min_lr=3e-4, warmup_iters=100,
                                       lr_decay_iters=3000, weight_decay=0.1, beta2=0.99, grad_clip=1.0,
                                       eval_interval=250, eval_iters=20), **train_overrides})
@@ -252,10 +262,11 @@ def train_in_stages(model: GPT, # trained in place
 
 # %% ../nbs/11_inside.ipynb #ff8be37b
 def induction_run_dir(every: int = 100, # steps between snapshots
+                      style: str = "gpt2", # a key of INDUCTION_STYLES
                       **train_overrides, # as for `induction_run`
                      ) -> Path: # `cache_dir()/models/induction-stages-<hash>`; it may not exist yet
     "Where `induction_run` keeps its snapshots: a folder named by a hash of the configs, `every`, sampler and version."
-    model_cfg, train_cfg = induction_configs(**train_overrides)
+    model_cfg, train_cfg = induction_configs(style, **train_overrides)
     train = {k: v for k, v in train_cfg.to_dict().items()  # fields added since the run was first cached stay out
              if not (k in ("log_interval", "patience") and v == getattr(TrainConfig, k))}  # at their defaults
     return run_dir("induction-stages", model=model_cfg.to_dict(), train=train, every=every,
@@ -264,23 +275,25 @@ def induction_run_dir(every: int = 100, # steps between snapshots
 def induction_run(every: int = 100, # steps between snapshots
                   out_dir: str | Path | None = None, # default: `cache_dir()/models/induction-stages-<hash>`
                   progress: bool = True, # progress bar while training (first call only)
+                  style: str = "gpt2", # a key of INDUCTION_STYLES: the GPT-2-style model or the Llama-style one
                   **train_overrides, # changes to `induction_configs()`'s TrainConfig, e.g. max_iters=100
                  ) -> list: # [(step, snapshot path)], as `train_in_stages` returns
     """The induction model of `induction_configs()` trained once on TinyShakespeare with `repeat_segment_batch`, with a
     snapshot every `every` steps, cached like `training.cached_run` (keyed by a hash of the configs, `every`, the
     sampler's name and the code version): the first call trains (about 25 minutes measured on a 2-core machine
     shared with other jobs), an interrupted one resumes, later calls only list the snapshots."""
-    model_cfg, train_cfg = induction_configs(**train_overrides)
-    out_dir = induction_run_dir(every, **train_overrides) if out_dir is None else out_dir
+    model_cfg, train_cfg = induction_configs(style, **train_overrides)
+    out_dir = induction_run_dir(every, style, **train_overrides) if out_dir is None else out_dir
     tok, train_ids, val_ids = load_dataset("tinyshakespeare", "char")
     torch.manual_seed(train_cfg.seed)  # the initial weights, drawn as `training.cached_run` draws them
     return train_in_stages(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir, every, batch_fn=repeat_segment_batch,
                            tokenizer=tok, progress=progress)
 
 def induction_model(progress: bool = True, # progress bar while training (first call only)
+                    style: str = "gpt2", # a key of INDUCTION_STYLES
                    ) -> tuple: # (GPT in eval mode, CharTokenizer)
     "The induction model at the end of its training (`induction_run()`'s last snapshot), trained on first use."
-    return load_model(induction_run(progress=progress)[-1][1])
+    return load_model(induction_run(progress=progress, style=style)[-1][1])
 
 # %% ../nbs/11_inside.ipynb #b24e6ebb
 def induction_metrics(model: GPT, # a character model (vocab_size 65)

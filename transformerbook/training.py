@@ -395,10 +395,6 @@ def _base_model(model: nn.Module) -> nn.Module:
     model = getattr(model, "module", model)
     return getattr(model, "_orig_mod", model)
 
-def _unchecked(model: nn.Module) -> dict:
-    "Keyword arguments that skip a GPT's own id checks (its caller checked the batch on the host); {} for other models."
-    return {"validate": False} if isinstance(_base_model(model), GPT) else {}
-
 def _checked_batch(token_ids: Tensor, targets: Tensor, # (B, T) integer ids, from the reader
                    vocab_size: int) -> tuple[Tensor, Tensor]: # the same tensors, checked
     """`ValueError` naming the first token id outside [0, vocab_size), or target outside it (-100, cross-entropy's
@@ -441,7 +437,7 @@ def estimate_loss(model: nn.Module, # a GPT, or the compiled module that runs it
             total = torch.zeros((), device=device)
             for _ in range(eval_iters):
                 token_ids, targets = _to_device(*_checked_batch(*get_batch(data, batch_size, T, gen), V), device)
-                logits = model(token_ids, **_unchecked(model))  # (B, T, V); the ids were checked above
+                logits = model(token_ids)  # (B, T, V); the ids were checked above, on the host
                 total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
             out[name] = total.item() / eval_iters  # the split's one host read
     return out
@@ -780,7 +776,7 @@ def _accumulate_gradients(model: nn.Module, token_ids: Tensor, targets: Tensor, 
         rows = slice(i * micro, (i + 1) * micro)
         with sync:
             with _autocast(device, train_cfg.dtype):
-                logits = model(token_ids[rows].to(device), **_unchecked(model))  # (b, T, V); ids checked
+                logits = model(token_ids[rows].to(device))  # (b, T, V); ids checked on the host
                 # eq. 10.51
                 loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[rows].to(device).flatten())
             scaler.scale(loss / train_cfg.grad_accum_steps).backward()  # sums to the mean over the batch
