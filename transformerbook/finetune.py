@@ -31,7 +31,10 @@ from torch import Tensor, nn
 
 from .evaluation import speeches
 from .lm_head import GPT
-from .training import baby_gpt_configs, cached_run, get_batch, load_model
+from .checkpoints import load_model
+from .corpus import get_batch
+from .recipes import baby_gpt_configs
+from .training import cached_run
 from .validation import check_in_interval, check_instance, check_int_in_range, check_positive_int
 
 # %% auto #0

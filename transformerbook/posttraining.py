@@ -40,7 +40,8 @@ from .finetune import IGNORE_INDEX
 from .lm_head import GPT, GPTConfig
 from .model_cache import run_dir
 from .sampling import generate
-from .training import cross_entropy_loss, load_model, save_checkpoint, shakespeare_model
+from .checkpoints import load_model, save_checkpoint
+from .training import cross_entropy_loss, shakespeare_model
 from .validation import check_choice, check_instance, check_positive_int, check_positive_number
 
 # %% auto #0
