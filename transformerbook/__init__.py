@@ -4,6 +4,7 @@ Modules:
 
 - `transformerbook.attention`: Scaled dot-product attention from scratch: scores, a row-wise softmax, and a weighted sum of values (J&M 10.1).
 - `transformerbook.blocks`: Layer normalization, the position-wise feed-forward network, residual connections, and the post-norm and pre-norm blocks that a transformer stacks (J&M 10.3-10.4; 6.390 11.3.1).
+- `transformerbook.chat`: A conversation written as tokens: role and end-of-turn tokens that no ordinary text can produce, a loss mask on what the assistant says, and the way back from ids to messages. A companion page of chapter 13, "From a language model to an assistant", which fine-tunes the book's model on it.
 - `transformerbook.checkpoints`: Saving a training run so that it resumes exactly: an atomic write, a safe load with `weights_only=True`, the best weights kept beside the latest state, and the rule for which settings may change on resume. A companion page of chapter 8, "Training a GPT", whose loop writes them.
 - `transformerbook.checks.attention`: The checkers behind the exercises of "Attention": attention weights, masked scaled dot-product attention, and a permutation-equivariance gap.
 - `transformerbook.checks.blocks`: `check_layer_norm`, `check_pre_norm_block` and `check_affected_positions`, used in the chapter "Transformer blocks".
