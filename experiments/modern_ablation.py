@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import sys
 import time
@@ -24,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import transformerbook.multihead as multihead
-from transformerbook.data import RESULTS_DIR
+from transformerbook.data import RESULTS_DIR, save_result
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.training import TrainConfig, get_batch, load_dataset, train
 
@@ -129,10 +128,7 @@ def main(argv=None) -> dict:
     results.update(steps=args.steps, logit_steps=args.logit_steps, logit_lr=args.logit_lr, base=BASE.to_dict())
     out = {"command": "python experiments/modern_ablation.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "seeds": args.seeds, "created": datetime.date.today().isoformat(), "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1))
-    tmp.replace(args.out)  # atomic: a killed run leaves the old file
+    save_result(args.out, out)  # atomic: a killed run leaves the old file
     return out
 
 

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from transformerbook.data import RESULTS_DIR
+from transformerbook.data import RESULTS_DIR, save_result
 from transformerbook.lm_head import GPT
 from transformerbook.scale import matmul_peak_flops, mfu, model_flops_per_token
 from transformerbook.training import baby_gpt_configs, get_batch, load_dataset, train
@@ -112,7 +112,7 @@ def main(argv=None):
                           "peak_flops": peak, "flops_per_token": flops, "tokens_per_step": tokens_per_step,
                           "steps": args.steps, "skipped": args.skip, "rows": rows,
                           "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}}
-    (RESULTS_DIR/f"{NAME}.json").write_text(json.dumps(result, indent=1) + "\n")
+    save_result(RESULTS_DIR/f"{NAME}.json", result)
 
 
 if __name__ == "__main__":
