@@ -71,7 +71,7 @@ def sequence_log_likelihood(model: nn.Module, # our `GPT`, or a Hugging Face cau
     device = next(model.parameters()).device
     with eval_mode(model):
         logits = _logits_of(model, token_ids.to(device))  # (B, T, V)
-    token_lp = token_log_probs(logits, token_ids.to(device)).cpu()  # (B, T-1): chapter 7's chain-rule terms
+    token_lp = token_log_probs(logits[:, :-1].float(), token_ids[:, 1:].to(device)).cpu()  # (B, T-1): ch. 7
     total = (token_lp * mask).sum(-1)  # (B,)
     return total if reduction == "sum" else total / mask.sum(-1)
 

@@ -28,8 +28,8 @@ from torch import Tensor, nn
 
 from .lm_head import eval_mode
 from .masking import make_padding_mask
-from .validation import (check_in_interval, check_int_in_range, check_nonnegative_int,
-                                        check_positive_int, check_positive_ints, check_positive_number, is_number)
+from .validation import (check_ids, check_in_interval, check_int_in_range, check_nonnegative_int,
+                                        check_positive_int, check_positive_ints, check_positive_number)
 
 # %% auto #0
 __all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'LayerKVCache', 'KVCache',
@@ -386,15 +386,12 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
 def _check_generate_args(cfg, max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id) -> None:
     "`generate`'s checks of everything but the prompts (`_as_left_padded` checks those), made once before the loop."
     if not getattr(cfg, "causal", True): raise ValueError("generate needs a causal model; this one has causal=False")
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 0")
-    if not is_number(temperature) or not 0 <= temperature < math.inf:
-        raise ValueError(f"temperature={temperature!r} must be >= 0 and finite (0 = greedy decoding)")
+    check_nonnegative_int("max_new_tokens", max_new_tokens)
+    check_in_interval("temperature", temperature, "[0, inf)", "0 = greedy decoding")
     if top_k is not None: _check_top_k(top_k)
     if top_p is not None: _check_top_p(top_p)
     for name, tok in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
-        if tok is not None and not (isinstance(tok, int) and 0 <= tok < cfg.vocab_size):
-            raise ValueError(f"{name}={tok!r} is outside [0, vocab_size={cfg.vocab_size})")
+        if tok is not None: check_int_in_range(name, tok, 0, cfg.vocab_size, "vocab_size")
 
 # %% ../nbs/07_sampling.ipynb #bffbba9f
 def encode_continuations(tokenizer, # anything with `encode(str) -> list[int]`
@@ -423,13 +420,12 @@ def encode_continuations(tokenizer, # anything with `encode(str) -> list[int]`
     return seqs, starts
 
 # %% ../nbs/07_sampling.ipynb #5266a349
-def token_log_probs(logits: Tensor, # (B, T, V) float: a causal LM's output on `token_ids`
-                    token_ids: Tensor, # (B, T) int64: the tokens the logits were computed on
-                   ) -> Tensor: # (B, T-1) float32: log P(token_t | tokens_<t) for t = 1 .. T-1, in nats
-    "Log-probability of each token given the ones before it (chain rule, notes eq. 19.1): position t-1 predicts t."
-    B, T, V = logits.shape  # -cross-entropy is log softmax at the target, without a (B, T-1, V) log-softmax copy
-    return -F.cross_entropy(logits[:, :-1].float().reshape(-1, V), token_ids[:, 1:].reshape(-1),
-                            reduction="none").view(B, T - 1)
+def token_log_probs(logits: Tensor, # (B, T, V) float: the model's output at T positions
+                    targets: Tensor, # (B, T) int64: the token that follows each position
+                   ) -> Tensor: # (B, T), the dtype of `logits`: log P(targets[:, t] | what position t saw), nats
+    "Log-probability of each next token (chain rule, notes eq. 19.1): log softmax of position t's logits at its target."
+    B, T, V = logits.shape  # -cross-entropy is log softmax at the target, without a (B, T, V) log-softmax copy
+    return -F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none").view(B, T)
 
 # %% ../nbs/07_sampling.ipynb #d33316c0
 @torch.no_grad()
@@ -449,7 +445,7 @@ def score_continuations(model: nn.Module, # a `GPT`
     L = max(len(s) for s in seqs)
     batch = torch.tensor([s + [0] * (L - len(s)) for s in seqs], device=device)  # (N, L), right-padded
     with eval_mode(model):
-        token_lp = token_log_probs(model(batch), batch)  # (N, L-1): entry j-1 is log P(token j | tokens < j)
+        token_lp = token_log_probs(model(batch)[:, :-1].float(), batch[:, 1:])  # (N, L-1): j-1 scores token j
     scores = [token_lp[i, start - 1:len(s) - 1].sum() for i, (s, start) in enumerate(zip(seqs, starts))]  # m terms
     return torch.stack(scores).cpu()
 
@@ -492,8 +488,7 @@ def perplexity(model: nn.Module, # a `GPT`
     tensor), `ValueError` if the ids are not one 1-D sequence or prompt_length is not in [1, T)."""
     if not isinstance(token_ids, Tensor):
         token_ids = torch.as_tensor(token_ids) if len(token_ids) else torch.zeros(0, dtype=torch.long)
-    if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex or token_ids.dtype == torch.bool:
-        raise TypeError(f"token_ids must be integer token ids, got dtype {token_ids.dtype}")
+    check_ids("token_ids", token_ids)
     if token_ids.dim() != 1:
         raise ValueError(f"token_ids must be one sequence of shape (T,), got shape {tuple(token_ids.shape)}; "
                          "score a batch one row at a time")
@@ -508,9 +503,8 @@ def perplexity(model: nn.Module, # a `GPT`
         while first < T:  # score targets first..end-1, feeding the (at most C) inputs ids[start : end-1]
             end = min(T, max(first + stride, C + 1))
             start = max(0, end - 1 - C)  # <= first - 1, so every target's predecessor is in the window
-            logp = model(ids[None, start:end - 1])[0].double().log_softmax(-1)  # (end - 1 - start, V)
-            t = torch.arange(first, end, device=device)
-            nll[first:end] = -logp[t - start - 1, ids[first:end]]  # position t-1 predicts token t
+            logits = model(ids[None, start:end - 1]).double()  # (1, end - 1 - start, V): position t-1 predicts t
+            nll[first:end] = -token_log_probs(logits, ids[None, start + 1:end])[0, first - start - 1:]
             first = end
     return math.exp(nll[prompt_length:].mean().item())
 
