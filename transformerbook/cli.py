@@ -18,15 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from .data import DataUnavailableError, ChecksumError, load_tinyshakespeare, train_val_split
+from .data import (DataUnavailableError, ChecksumError, load_tinyshakespeare, train_val_split,
+                                  write_text_atomically)
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, TiktokenGPT2
 from .checkpoints import BEST_CHECKPOINT_NAME, CHECKPOINT_NAME, RESUMABLE, CheckpointError
@@ -392,16 +391,7 @@ def write_model_card(path: str | Path, # a checkpoint file or a run folder
                      data: str = "tinyshakespeare", # passed to `model_card`
                     ) -> Path: # the written MODEL_CARD.md, next to the checkpoint
     "Write `model_card(path, data)` as MODEL_CARD.md beside the checkpoint, atomically (a crash leaves no half file)."
-    text = model_card(path, data)
-    dest = checkpoint_file(path).parent/MODEL_CARD_NAME
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".MODEL_CARD.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f: f.write(text)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return dest
+    return write_text_atomically(checkpoint_file(path).parent/MODEL_CARD_NAME, model_card(path, data))
 
 # %% ../nbs/08a_cli.ipynb #085e9d21
 def _train(args) -> int:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import random
 import re
 from collections import Counter
@@ -35,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .data import load_tinyshakespeare, train_val_split
+from .data import load_tinyshakespeare, train_val_split, write_text_atomically
 from .evaluation import sequence_log_likelihood, speeches, wilson_interval
 from .finetune import IGNORE_INDEX
 from .lm_head import GPT, GPTConfig
@@ -557,15 +556,10 @@ def _finetune(args) -> int:
              f"{f', LoRA rank {args.lora_rank} (merged)' if args.lora_rank else ', every weight'}; "
              f"final training loss {log[-1]:.4f}.\n- Chat format: ids {chat_tok.vocab_size - 3} to "
              f"{chat_tok.vocab_size - 1} are {', '.join(SPECIAL_TOKENS)}.\n")
-    _atomic_append(card, extra)
+    write_text_atomically(card, card.read_text(encoding="utf-8") + extra)  # a crash leaves the old card whole
     print(f"step {args.steps}: training loss {log[-1]:.4f}; checkpoint {path}; model card {card}")
     return 0
 
-def _atomic_append(path, text: str) -> None:
-    "Append `text` to a file by writing a full copy and replacing it (a crash leaves the old file whole)."
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
-    os.replace(tmp, path)
 
 # %% ../nbs/13_posttraining.ipynb #5be437d0
 def add_finetune_command(sub) -> None:
