@@ -1,20 +1,20 @@
 """A chat format with role and end-of-turn tokens, supervised fine-tuning with a loss mask, LoRA and DPO, from scratch on the book's own character model, on a CPU, offline
 
-**In the package** (`transformerbook.posttraining`): The chat format lives in `transformerbook.chat` (its names are re-exported here):
-`ChatTokenizer(base)` adds its special tokens
-(`SPECIAL_TOKENS`: a user turn, an assistant turn, the end of a turn) to a character or GPT-2 tokenizer as ids after
-its vocabulary, which no ordinary text encodes to; `render_chat` turns a list of messages into ids and a loss mask
-(True on the assistant's tokens and its end-of-turn), `parse_chat` reads them back, `generate_reply` samples until
-the end-of-turn id. `with_chat_vocab` grows a GPT's embedding by the new ids. `chat_batch`, `sft_targets`,
-`check_loss_mask`, `sft_loss` and `sft` fine-tune on conversations with labels `IGNORE_INDEX` outside the mask
-(chapter 8's `ignore_index`); `speaker_conversations` and `line_conversations` build the two instruction tasks from
-TinyShakespeare, split by speech, `sft_examples` renders their training halves, `chat_sft_model` trains (once,
-cached) the book's chat model, `classify_speaker` scores the first task and `difference_interval` compares two
-accuracies. `LoRALinear`, `apply_lora`, `merge_lora`, `unmerge_lora` and `unwrap_lora` are Hu et al.'s low-rank
-adapters; `optimizer_state_bytes` measures AdamW's memory. `response_logprobs`, `dpo_loss`, `preference_pairs` and
-`dpo` are Rafailov et al.'s direct preference optimisation; `syllables` and `metre_reward` make the programmatic
-reward, `reward_and_kl` measures a policy and `best_of_n_kl` bounds best-of-n's KL. `read_jsonl` reads a reader's
-data and `add_finetune_command` adds `transformerbook finetune` to the command line.
+**In the package** (`transformerbook.posttraining`): The chat format lives in `transformerbook.chat` (its names are
+re-exported here): `ChatTokenizer(base)` adds its special tokens (`SPECIAL_TOKENS`: a user turn, an assistant turn,
+the end of a turn) to a character or GPT-2 tokenizer as ids after its vocabulary, which no ordinary text encodes to;
+`render_chat` turns a list of messages into ids and a loss mask (True on the assistant's tokens and its end-of-turn),
+`parse_chat` reads them back, `generate_reply` samples until the end-of-turn id. `with_chat_vocab` grows a GPT's
+embedding by the new ids. `chat_batch`, `sft_targets`, `check_loss_mask`, `sft_loss` and `sft` fine-tune on
+conversations with labels `IGNORE_INDEX` outside the mask (chapter 8's `ignore_index`); `speaker_conversations` and
+`line_conversations` build the two instruction tasks from TinyShakespeare, split by speech, `sft_examples` renders
+their training halves, `chat_sft_model` trains (once, cached) the book's chat model, `classify_speaker` scores the
+first task and `difference_interval` compares two accuracies. `LoRALinear`, `apply_lora`, `merge_lora`, `unmerge_lora`
+and `unwrap_lora` are Hu et al.'s low-rank adapters; `optimizer_state_bytes` measures AdamW's memory.
+`response_logprobs`, `dpo_loss`, `preference_pairs` and `dpo` are Rafailov et al.'s direct preference optimisation;
+`syllables` and `metre_reward` make the programmatic reward, `reward_and_kl` measures a policy and `best_of_n_kl`
+bounds best-of-n's KL. `read_jsonl` reads a reader's data and `add_finetune_command` adds `transformerbook finetune`
+to the command line.
 
 Docs: https://transformerbook.github.io/transformerbook/posttraining.html.md"""
 
