@@ -7,8 +7,8 @@ encoding from local files. Each file is an entry of `DATA_FILES` (a `DataFile` w
 checked with `sha256_of` and `verify`. A file that is neither local nor downloadable raises `DataUnavailableError`
 (the message says where to put it); a file with the wrong hash raises `ChecksumError`.
 `load_result(name)` reads the committed results of one of the book's long experiments (`make experiments`), which
-each write theirs with `save_result(path, record)` (through `write_text_atomically`, so a killed run leaves
-the old results whole).
+each build with `experiment_record(command, seeds, results)` and write with `save_result(path, record)`
+(through `write_text_atomically`, so a killed run leaves the old results whole).
 
 Docs: https://transformerbook.github.io/transformerbook/data.html.md"""
 
@@ -17,6 +17,7 @@ Docs: https://transformerbook.github.io/transformerbook/data.html.md"""
 # %% ../nbs/00a_data.ipynb #593b898c
 from __future__ import annotations
 
+import datetime
 import functools
 import hashlib
 import importlib.resources
@@ -32,7 +33,7 @@ import pooch
 __all__ = ['DATA_FILES', 'MIRROR_ENV', 'CACHE_ENV', 'GPT2_PAT_STR', 'END_OF_TEXT', 'END_OF_TEXT_ID', 'RESULTS_DIR', 'DataFile',
            'DataUnavailableError', 'ChecksumError', 'cache_dir', 'sha256_of', 'verify', 'data_path',
            'load_tinyshakespeare', 'train_val_split', 'gpt2_encoding', 'load_result', 'write_text_atomically',
-           'save_result']
+           'save_result', 'experiment_record']
 
 # %% ../nbs/00a_data.ipynb #752e2d91
 @dataclass(frozen=True)
@@ -193,3 +194,10 @@ def save_result(path: str | Path, # where an experiment writes its record, usual
     anything is written."""
     text = json.dumps(record, indent=1) + "\n"  # serialised first: a bad record writes nothing
     return write_text_atomically(path, text)
+
+def experiment_record(command: str, # how to re-run it, e.g. "python experiments/holtzman.py --seed 0"
+                      seeds: list, # the seeds it ran with
+                      results, # JSON-serialisable: what the chapters plot and the tests re-check
+                     ) -> dict: # {"command", "seeds", "created" (today, ISO 8601), "results"}, as `load_result` gives
+    "The record every experiment writes with `save_result`: how to re-run it, its seeds, the date and its results."
+    return {"command": command, "seeds": list(seeds), "created": datetime.date.today().isoformat(), "results": results}
