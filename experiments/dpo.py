@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import json
 import sys
 
 import torch
 
-from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, save_result, train_val_split
+from transformerbook.data import RESULTS_DIR, experiment_record, load_tinyshakespeare, save_result, train_val_split
 from transformerbook.posttraining import (REPLY_TOKENS, _pair_rows, best_of_n_kl, chat_sft_model, dpo, dpo_loss,
                                           generate_reply, line_conversations, metre_reward, preference_pairs,
                                           response_logprobs, reward_and_kl)
@@ -104,9 +103,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     command = " ".join(["python experiments/dpo.py", *(argv if argv is not None else sys.argv[1:])])
-    record = {"command": command, "seeds": [args.seed], "created": datetime.date.today().isoformat(),
-              "results": run(tuple(args.betas), args.steps, args.eval_every, n_eval=args.n_eval, seed=args.seed,
-                         sft_steps=args.sft_steps)}
+    record = experiment_record(command, [args.seed], run(tuple(args.betas), args.steps, args.eval_every,
+                                                         n_eval=args.n_eval, seed=args.seed, sft_steps=args.sft_steps))
     save_result(args.out, record)
     print(f"wrote {args.out}")
 

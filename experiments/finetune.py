@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import json
 
 import torch
 
-from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, save_result, train_val_split
+from transformerbook.data import RESULTS_DIR, experiment_record, load_tinyshakespeare, save_result, train_val_split
 from transformerbook.evaluation import accuracy_with_ci
 from transformerbook.finetune import (MASK_ID, SequenceClassifier, classify, fill_masks, finetune_classifier,
                                       freeze_body, masked_char_losses, mlm_corrupt, next_char_losses, speaker_chunks)
@@ -123,7 +122,7 @@ def main(argv=None) -> None:
     results = {"mlm": run_mlm(args.positions), "finetune": run_finetune(tuple(args.seeds), args.steps)}
     command = "python experiments/finetune.py" + (f" --seeds {' '.join(map(str, args.seeds))}"
                                                   if args.seeds != [0, 1, 2] else "")
-    record = {"command": command, "seeds": args.seeds, "created": datetime.date.today().isoformat(), "results": results}
+    record = experiment_record(command, args.seeds, results)
     save_result(args.out, record)
     print(f"wrote {args.out}")
 

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import json
 import sys
 from pathlib import Path
 
 import torch
 
-from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, save_result, train_val_split
+from transformerbook.data import RESULTS_DIR, experiment_record, load_tinyshakespeare, save_result, train_val_split
 from transformerbook.evaluation import accuracy_with_ci
 from transformerbook.finetune import EarlyStopping, SequenceClassifier, classify, finetune_classifier, freeze_body
 from transformerbook.finetune import speaker_chunks
@@ -121,7 +120,7 @@ def main(argv=None) -> None:
         results = run(tuple(args.seeds), tuple(args.arms), args.max_steps, args.val_fraction, args.lrs)
         command = "python experiments/finetune_selection.py" + "".join(
             f" {a!r}" if " " in a else f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
-    doc = {"command": command, "seeds": args.seeds, "created": datetime.date.today().isoformat(), "results": results}
+    doc = experiment_record(command, args.seeds, results)
     save_result(args.out, doc)
     print(f"wrote {args.out}")
 

@@ -11,15 +11,13 @@ generator seeded `seed * 1000 + i`, so any one prompt's row can be re-run alone 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 from transformerbook.environment import weights_sha256
-from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, train_val_split
+from transformerbook.data import RESULTS_DIR, experiment_record, load_tinyshakespeare, save_result, train_val_split
 from transformerbook.sampling import beam_search, generate, perplexity, repeated_ngram_fraction, self_bleu
 from transformerbook.training import shakespeare_model
 
@@ -89,11 +87,9 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     results = run(args.n_prompts, args.prompt_chars, args.new_chars, args.seed)
-    record = {"command": "python experiments/holtzman.py" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
-              "seeds": [args.seed], "created": datetime.date.today().isoformat(), "results": results}
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(args.out)  # atomic: a killed run leaves the old file
+    record = experiment_record("python experiments/holtzman.py" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
+                               [args.seed], results)
+    save_result(args.out, record)  # atomic: a killed run leaves the old file
     print(f"wrote {args.out}", file=sys.stderr)
 
 

@@ -21,12 +21,11 @@ induction-stages-<hash>`), so a second run only re-measures them. Training took 
 The learning-rate schedule always ends at step 3,000, so a shorter run is the first steps of the committed one.
 """
 import argparse
-import datetime
 import sys
 from pathlib import Path
 
 from transformerbook.environment import weights_sha256
-from transformerbook.data import RESULTS_DIR, save_result
+from transformerbook.data import RESULTS_DIR, experiment_record, save_result
 from transformerbook.interpret import INDUCTION_BATCH, induction_configs, induction_metrics, induction_run
 from transformerbook.training import load_dataset, load_model, shakespeare_model
 
@@ -77,7 +76,7 @@ def main(argv=None) -> None:
     command = "python experiments/induction.py" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     results = run(args.max_iters, args.every, args.seed, baby=not args.no_baby)
-    doc = {"command": command, "seeds": [args.seed], "created": datetime.date.today().isoformat(), "results": results}
+    doc = experiment_record(command, [args.seed], results)
     save_result(args.out, doc)
     print(f"wrote {args.out}")
 

@@ -18,7 +18,6 @@ Writes transformerbook/results/memorisation.json. About 5 minutes of CPU time.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import random
 import sys
@@ -27,7 +26,7 @@ from dataclasses import replace
 
 import torch
 
-from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, save_result, train_val_split
+from transformerbook.data import RESULTS_DIR, experiment_record, load_tinyshakespeare, save_result, train_val_split
 from transformerbook.evaluation import extraction_matches, speeches, verbatim_fraction
 from transformerbook.lm_head import GPT
 from transformerbook.sampling import generate
@@ -117,8 +116,7 @@ def main(argv=None) -> None:
                "small": run(args.steps, args.temperatures, train_chars=args.small_chars, **common),
                "tiny": run(args.tiny_steps, args.temperatures, train_chars=args.tiny_chars, **common)}
     command = "python experiments/memorisation.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    doc = {"command": command.strip(), "seeds": [args.seed], "created": datetime.date.today().isoformat(),
-           "results": results}
+    doc = experiment_record(command.strip(), [args.seed], results)
     path = RESULTS_DIR/f"{NAME}.json"
     save_result(path, doc)
     print(f"wrote {path}")

@@ -12,8 +12,6 @@ the largest attention logit |q·k|/√d_head with and without QK-norm.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
 import sys
 import time
@@ -24,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import transformerbook.multihead as multihead
-from transformerbook.data import RESULTS_DIR
+from transformerbook.data import RESULTS_DIR, experiment_record, save_result
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.training import TrainConfig, get_batch, load_dataset, train
 
@@ -127,12 +125,9 @@ def main(argv=None) -> dict:
         results["max_logit"]["qk_norm" if qk else "plain"] = max_logit_run(qk, args.seeds[0], args.logit_steps,
                                                                            args.logit_lr, data)
     results.update(steps=args.steps, logit_steps=args.logit_steps, logit_lr=args.logit_lr, base=BASE.to_dict())
-    out = {"command": "python experiments/modern_ablation.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "seeds": args.seeds, "created": datetime.date.today().isoformat(), "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1))
-    tmp.replace(args.out)  # atomic: a killed run leaves the old file
+    out = experiment_record("python experiments/modern_ablation.py " + " ".join(argv if argv is not None else
+                                                                               sys.argv[1:]), args.seeds, results)
+    save_result(args.out, out)  # atomic: a killed run leaves the old file
     return out
 
 

@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from transformerbook.data import RESULTS_DIR
+from transformerbook.data import RESULTS_DIR, save_result
 from transformerbook.lm_head import GPT
 from transformerbook.training import load_dataset, preset_configs, train
 
@@ -107,9 +107,7 @@ def main(argv=None):
             data.update(command=" ; ".join(dict.fromkeys(e["command"] for e in data["results"].values())),
                         seeds=sorted({int(s) for e in data["results"].values() for s in e["runs"]}),
                         created=datetime.date.today().isoformat())
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, indent=1) + "\n")
-            tmp.replace(path)
+            save_result(path, data)  # after every seed, atomically: a killed run keeps the seeds already done
             last = entry["runs"][str(seed)]
             print(f"  final val loss {last['val_loss'][-1]:.4f} in {last['seconds']} s", file=sys.stderr, flush=True)
 

@@ -14,7 +14,6 @@ machine shared with other jobs, it says how quiet each measurement was).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -28,7 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from transformerbook.data import RESULTS_DIR
+from transformerbook.data import RESULTS_DIR, experiment_record, save_result
 from transformerbook.lm_head import GPT
 from transformerbook.scale import matmul_peak_flops, mfu, model_flops_per_token
 from transformerbook.training import baby_gpt_configs, get_batch, load_dataset, train
@@ -105,14 +104,13 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_worker, args=(2, tmp, args.steps), nprocs=2, join=True, start_method="spawn")
         add("float32, 2 processes (gloo)", json.loads(Path(tmp, "times.json").read_text()), os.getloadavg()[0])
-    result = {"command": "python experiments/scale_throughput.py " + " ".join(sys.argv[1:]), "seeds": [1337],
-              "created": datetime.date.today().isoformat(),
-              "results": {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-                                     "1 thread per process, shared with other jobs",
-                          "peak_flops": peak, "flops_per_token": flops, "tokens_per_step": tokens_per_step,
-                          "steps": args.steps, "skipped": args.skip, "rows": rows,
-                          "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}}
-    (RESULTS_DIR/f"{NAME}.json").write_text(json.dumps(result, indent=1) + "\n")
+    result = experiment_record(
+        "python experiments/scale_throughput.py " + " ".join(sys.argv[1:]), [1337],
+        {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+                    "1 thread per process, shared with other jobs",
+         "peak_flops": peak, "flops_per_token": flops, "tokens_per_step": tokens_per_step, "steps": args.steps,
+         "skipped": args.skip, "rows": rows, "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]})
+    save_result(RESULTS_DIR/f"{NAME}.json", result)
 
 
 if __name__ == "__main__":

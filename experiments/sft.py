@@ -14,14 +14,13 @@ about 12 minutes of CPU time in all.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 import time
 
 import torch
 
-from transformerbook.data import RESULTS_DIR, load_tinyshakespeare, save_result, train_val_split
+from transformerbook.data import RESULTS_DIR, experiment_record, load_tinyshakespeare, save_result, train_val_split
 from transformerbook.evaluation import accuracy_with_ci, sequence_log_likelihood
 from transformerbook.posttraining import (ChatTokenizer, apply_lora, chat_batch, chat_sft_model, classify_speaker,
                                           line_conversations, merge_lora, optimizer_state_bytes, render_chat,
@@ -117,8 +116,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     command = " ".join(["python experiments/sft.py", *(argv if argv is not None else sys.argv[1:])])
-    record = {"command": command, "seeds": args.seeds, "created": datetime.date.today().isoformat(),
-              "results": run(tuple(args.seeds), args.steps, tuple(args.methods), not args.no_tables)}
+    record = experiment_record(command, args.seeds,
+                               run(tuple(args.seeds), args.steps, tuple(args.methods), not args.no_tables))
     save_result(args.out, record)
     print(f"wrote {args.out}")
 

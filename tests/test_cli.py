@@ -236,8 +236,8 @@ def test_prepare_then_train_from_the_folder(tmp_path, corpus):
 
 
 def test_each_evaluation_is_compared_with_the_reference_band(tmp_path, corpus, monkeypatch):
-    import transformerbook.training as training
-    monkeypatch.setattr(training, "reference_band",
+    import transformerbook.recipes as recipes  # where `outside_reference` looks the band up
+    monkeypatch.setattr(recipes, "reference_band",
                         lambda preset, step: {"median": 0.5, "low": 0.4, "high": 0.6, "n_seeds": 3})
     status, _, err = run("train", "--data", corpus, "--out", tmp_path/"run", "--max-iters", 5, *TINY)
     assert status == 0, err
@@ -248,8 +248,8 @@ def test_each_evaluation_is_compared_with_the_reference_band(tmp_path, corpus, m
 
 def test_a_shorter_run_is_not_the_preset(tmp_path, monkeypatch):
     "--max-iters changes the schedule, so leaving the band is expected and the note says so."
-    import transformerbook.training as training
-    monkeypatch.setattr(training, "reference_band",
+    import transformerbook.recipes as recipes  # where `outside_reference` looks the band up
+    monkeypatch.setattr(recipes, "reference_band",
                         lambda preset, step: {"median": 9.5, "low": 9.4, "high": 9.6, "n_seeds": 3})
     status, _, err = run("train", "--out", tmp_path/"run", "--max-iters", 2, "--eval-interval", 2, "--eval-iters", 1,
                          "--no-progress")
@@ -259,12 +259,12 @@ def test_a_shorter_run_is_not_the_preset(tmp_path, monkeypatch):
 
 def test_the_bpe_preset_is_compared_with_its_measured_band(tmp_path, corpus, monkeypatch):
     "`--preset bpe-gpt2` looks up the bpe-gpt2 band that experiments/reference_curves.py measured, and finds it."
-    import transformerbook.training as training
+    import transformerbook.recipes as recipes  # where `outside_reference` looks the band up
     from transformerbook.data import load_result
     curves = load_result("reference_curves")["results"]["bpe-gpt2"]
     assert len(curves["runs"]) >= 3 and curves["steps"][-1] == 600
-    looked_up, real = [], training.reference_band
-    monkeypatch.setattr(training, "reference_band", lambda preset, step: looked_up.append(
+    looked_up, real = [], recipes.reference_band
+    monkeypatch.setattr(recipes, "reference_band", lambda preset, step: looked_up.append(
         (preset, step, real(preset, step))) or looked_up[-1][2])
     status, out, err = run("train", "--preset", "bpe-gpt2", "--data", corpus, "--out", tmp_path/"run",
                            "--max-iters", 2, *TINY)

@@ -22,6 +22,16 @@ def test_every_module_has_a_place_in_the_chapter_order(path):
     assert place[:2].isdigit() or path.stem == "__main__", f"{path.stem}: add it to CHAPTER_ORDER ({place!r})"
 
 
+MAX_MODULE_LINES = 600  # STYLE.md: "a room is one idea and fits in a sitting (about 600 lines at most)"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
+def test_every_module_fits_in_a_sitting(path):
+    "A module past the limit holds more than one idea (issue 23): split it by idea, as chapter 8's four rooms are."
+    n_lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert n_lines <= MAX_MODULE_LINES, f"{path.name} has {n_lines} lines (> {MAX_MODULE_LINES}): split it by idea"
+
+
 def test_import_arrows_point_to_earlier_chapters():
     arrows = metrics.import_arrows(PACKAGE)
     assert len(arrows) > 30  # the walk sees the imports (lazy ones inside functions included)

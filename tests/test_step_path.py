@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from transformerbook import training
+from transformerbook import recipes, training
 from transformerbook.cli import main
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.sampling import generate
@@ -234,7 +234,7 @@ def test_cli_train_uses_the_prepared_folders_tokenizer(tmp_path):
 
 @pytest.mark.parametrize("named, expected", [(False, 1), (True, 3)])
 def test_the_band_note_is_noted_once_for_settings_of_ones_own(tmp_path, monkeypatch, named, expected):
-    monkeypatch.setattr(training, "reference_band",
+    monkeypatch.setattr(recipes, "reference_band",
                         lambda preset, step: {"median": 0.5, "low": 0.4, "high": 0.6, "n_seeds": 3})
     corpus = tmp_path/"poem.txt"
     corpus.write_text(POEM)

@@ -574,11 +574,11 @@ def test_get_batch_from_a_memmap_equals_the_tensor(tmp_path):
 
 
 def test_outside_reference_says_one_line(monkeypatch):
-    import transformerbook.data as data
+    import transformerbook.recipes as recipes
     from transformerbook.training import outside_reference, reference_band
     fake = {"results": {"baby-gpt-char": {"steps": [0, 100], "median": [4.0, 2.0], "low": [3.9, 1.9],
                                           "high": [4.1, 2.1], "runs": {"1": {}, "2": {}, "3": {}}}}}
-    monkeypatch.setattr(data, "load_result", lambda name: fake)
+    monkeypatch.setattr(recipes, "load_result", lambda name: fake)  # where `reference_band` looks it up
     assert reference_band("baby-gpt-char", 50) == pytest.approx({"median": 3.0, "low": 2.9, "high": 3.1, "n_seeds": 3})
     assert outside_reference("baby-gpt-char", 50, 3.0) is None
     note = outside_reference("baby-gpt-char", 50, 3.5, same_settings=False)

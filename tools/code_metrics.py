@@ -34,7 +34,10 @@ import tokenize
 from pathlib import Path
 
 # The notebook a module is exported from decides its place; non-chapter notebooks sit beside the chapter they serve.
-CHAPTER_ORDER = {"pretrained": "06_lm_head~", "model_cache": "08_model_cache"}
+# Chapter 8's companion pages come before its own module, in the order they import each other.
+CHAPTER_ORDER = {"pretrained": "06_lm_head~", "corpus": "08_1corpus", "recipes": "08_2recipes",
+                 "checkpoints": "08_3checkpoints", "model_cache": "08_model_cache",
+                 "chat": "13_0chat"}
 CHECK_CALL = re.compile(r"^(_?check|validate)")
 
 

@@ -4,6 +4,8 @@ Modules:
 
 - `transformerbook.attention`: Scaled dot-product attention from scratch: scores, a row-wise softmax, and a weighted sum of values (J&M 10.1).
 - `transformerbook.blocks`: Layer normalization, the position-wise feed-forward network, residual connections, and the post-norm and pre-norm blocks that a transformer stacks (J&M 10.3-10.4; 6.390 11.3.1).
+- `transformerbook.chat`: A conversation written as tokens: role and end-of-turn tokens that no ordinary text can produce, a loss mask on what the assistant says, and the way back from ids to messages. A companion page of chapter 13, "From a language model to an assistant", which fine-tunes the book's model on it.
+- `transformerbook.checkpoints`: Saving a training run so that it resumes exactly: an atomic write, a safe load with `weights_only=True`, the best weights kept beside the latest state, and the rule for which settings may change on resume. A companion page of chapter 8, "Training a GPT", whose loop writes them.
 - `transformerbook.checks.attention`: The checkers behind the exercises of "Attention": attention weights, masked scaled dot-product attention, and a permutation-equivariance gap.
 - `transformerbook.checks.blocks`: `check_layer_norm`, `check_pre_norm_block` and `check_affected_positions`, used in the chapter "Transformer blocks".
 - `transformerbook.checks.core`: The small toolkit behind every exercise checker: one pass line, or an error that says exactly what is wrong.
@@ -24,6 +26,7 @@ Modules:
 - `transformerbook.checks.training`: The checkers behind the exercises of "Training a GPT": the language-model loss with padding, packing documents into context windows, and the warm-up + cosine learning-rate schedule.
 - `transformerbook.checks.word2vec`: `check_negative_sampling_loss`, `check_pair_count` and `check_noise_shares`, used in the chapter "Word embeddings: skip-gram".
 - `transformerbook.cli`: `transformerbook train`, `sample` and `prepare`: train a GPT on TinyShakespeare or your own corpus with a progress bar and checkpoints, on one device or many processes, resume it, and generate text from a checkpoint.
+- `transformerbook.corpus`: How a corpus becomes training batches: TinyShakespeare, a corpus of any size tokenized once into memory-mapped token files, (B, T) windows with shifted targets, and packed documents (J&M 10.9, 10.9.1). A companion page of chapter 8, "Training a GPT", which trains on them.
 - `transformerbook.data`: Where the book's real inputs come from, how they are verified and cached, and how to work offline.
 - `transformerbook.embeddings`: Token embeddings as row selection from E, learned and sinusoidal position embeddings, and what the geometry of embedding space encodes (J&M 10.5; notes 19.2; 6.390 11.1).
 - `transformerbook.environment`: Which versions of every package the book was last tested with, and how to see where your environment differs.
@@ -38,6 +41,7 @@ Modules:
 - `transformerbook.multihead`: Several attention heads side by side, each with its own projections, concatenated and mixed by W_O (J&M 10.2).
 - `transformerbook.posttraining`: A chat format with role and end-of-turn tokens, supervised fine-tuning with a loss mask, LoRA and DPO, from scratch on the book's own character model, on a CPU, offline
 - `transformerbook.pretrained`: Hugging Face GPT-2 checkpoints in the book's GPT: the configuration map, the tensor map, and reading a checkpoint folder.
+- `transformerbook.recipes`: The settings of a training run (`TrainConfig`), how they adapt to a short run, the book's named recipes on TinyShakespeare (nanoGPT's baby GPT and its GPU model), and the losses each recipe reaches over several seeds. A companion page of chapter 8, "Training a GPT", which trains with them.
 - `transformerbook.sampling`: Decoding methods (greedy, random, top-k, top-p, temperature), a batched `generate` with a KV cache, and language models as task solvers (J&M 10.7–10.8).
 - `transformerbook.scale`: Where a training step's time goes and how to make it go further: tokens/s and MFU, mixed precision, `torch.compile`, gradient accumulation, data parallelism with torchrun, sharded optimizer states, and whether a loss curve is normal.
 - `transformerbook.scaling`: How loss falls with parameters, data and compute: counting N and FLOPs exactly, Kaplan's and Chinchilla's power laws, compute-optimal allocation, and fitting the laws from scratch (J&M 10.9.3; notes 19.5).

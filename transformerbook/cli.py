@@ -18,22 +18,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from .data import DataUnavailableError, ChecksumError, load_tinyshakespeare, train_val_split
+from .data import (DataUnavailableError, ChecksumError, load_tinyshakespeare, train_val_split,
+                                  write_text_atomically)
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, TiktokenGPT2
-from .training import CHECKPOINT_NAME, DATASETS, DTYPES, PREPARED_META, PRESETS, RESUMABLE
-from .training import BEST_CHECKPOINT_NAME, CheckpointError, TrainConfig, TrainingDivergedError
-from .training import bits_per_byte, check_batch_split, checkpoint_file, fit_warmup, load_checkpoint
-from .training import load_dataset, load_model, load_prepared, model_file, outside_reference
-from .training import prepare_data, preset_configs, resolve_device, resume_config, setup_distributed
+from .checkpoints import BEST_CHECKPOINT_NAME, CHECKPOINT_NAME, RESUMABLE, CheckpointError
+from .checkpoints import _first_line, checkpoint_file, load_checkpoint, load_model, model_file
+from .checkpoints import resume_config
+from .corpus import DATASETS, PREPARED_META, check_splits, load_dataset, load_prepared, prepare_data
+from .recipes import DTYPES, PRESETS, TrainConfig, bits_per_byte, fit_warmup, outside_reference
+from .recipes import preset_configs
+from .training import TrainingDivergedError, check_batch_split, resolve_device, setup_distributed
 from .training import train
 
 # %% auto #0
@@ -287,14 +288,6 @@ def _run_model_config(args, model_cfg: GPTConfig | None, model_given: dict, tok)
                               f"--data {args.data} --tokenizer {_tokenizer_name(args)} gives {tok.vocab_size}")
     return model_cfg
 
-# %% ../nbs/08a_cli.ipynb #c5a91ff8
-def _check_splits(train_ids, val_ids, context_length: int) -> None:
-    "`ValueError` unless both splits (1-D token ids) are longer than `context_length`."
-    for name, ids in (("training", train_ids), ("validation", val_ids)):
-        if len(ids) <= context_length:
-            raise ValueError(f"the {name} split has {len(ids)} tokens; it needs more than "
-                             f"context_length={context_length}")
-
 # %% ../nbs/08a_cli.ipynb #6ad25e58
 _NOT_THE_RECIPE = ("eval_interval", "eval_iters", "grad_accum_steps", "log_interval", "patience")  # may differ
 
@@ -398,16 +391,7 @@ def write_model_card(path: str | Path, # a checkpoint file or a run folder
                      data: str = "tinyshakespeare", # passed to `model_card`
                     ) -> Path: # the written MODEL_CARD.md, next to the checkpoint
     "Write `model_card(path, data)` as MODEL_CARD.md beside the checkpoint, atomically (a crash leaves no half file)."
-    text = model_card(path, data)
-    dest = checkpoint_file(path).parent/MODEL_CARD_NAME
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".MODEL_CARD.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f: f.write(text)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return dest
+    return write_text_atomically(checkpoint_file(path).parent/MODEL_CARD_NAME, model_card(path, data))
 
 # %% ../nbs/08a_cli.ipynb #085e9d21
 def _train(args) -> int:
@@ -418,7 +402,7 @@ def _train(args) -> int:
     rank, world, device = setup_distributed(resolve_device(args.device))
     tok, train_ids, val_ids, bytes_per_token = _load_corpus(args.data, _tokenizer_name(args))
     model_cfg = _run_model_config(args, model_cfg, model_given, tok)
-    _check_splits(train_ids, val_ids, model_cfg.context_length)
+    check_splits(train_ids, val_ids, model_cfg.context_length)
     check_batch_split(train_cfg.batch_size, world, train_cfg.grad_accum_steps)
     torch.manual_seed(train_cfg.seed)
     model = GPT(model_cfg).to(device)
@@ -468,11 +452,6 @@ def _prepare(args) -> int:
 # %% ../nbs/08a_cli.ipynb #09c0ce00
 _USER_ERRORS = (ValueError, TypeError, CheckpointError, DataUnavailableError, ChecksumError, TrainingDivergedError,
                 FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError)
-
-def _first_line(e) -> str:
-    "The first line of an exception's message, or its type's name when it has none."
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
 
 # %% ../nbs/08a_cli.ipynb #bbe015a0
 def main(argv: list[str] | None = None, # arguments without the program name; None = sys.argv[1:]

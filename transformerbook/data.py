@@ -7,7 +7,8 @@ encoding from local files. Each file is an entry of `DATA_FILES` (a `DataFile` w
 checked with `sha256_of` and `verify`. A file that is neither local nor downloadable raises `DataUnavailableError`
 (the message says where to put it); a file with the wrong hash raises `ChecksumError`.
 `load_result(name)` reads the committed results of one of the book's long experiments (`make experiments`), which
-each write theirs with `save_result(path, record)` (atomically, so a killed run leaves the old results whole).
+each build with `experiment_record(command, seeds, results)` and write with `save_result(path, record)`
+(through `write_text_atomically`, so a killed run leaves the old results whole).
 
 Docs: https://transformerbook.github.io/transformerbook/data.html.md"""
 
@@ -16,6 +17,7 @@ Docs: https://transformerbook.github.io/transformerbook/data.html.md"""
 # %% ../nbs/00a_data.ipynb #593b898c
 from __future__ import annotations
 
+import datetime
 import functools
 import hashlib
 import importlib.resources
@@ -30,7 +32,8 @@ import pooch
 # %% auto #0
 __all__ = ['DATA_FILES', 'MIRROR_ENV', 'CACHE_ENV', 'GPT2_PAT_STR', 'END_OF_TEXT', 'END_OF_TEXT_ID', 'RESULTS_DIR', 'DataFile',
            'DataUnavailableError', 'ChecksumError', 'cache_dir', 'sha256_of', 'verify', 'data_path',
-           'load_tinyshakespeare', 'train_val_split', 'gpt2_encoding', 'load_result', 'save_result']
+           'load_tinyshakespeare', 'train_val_split', 'gpt2_encoding', 'load_result', 'write_text_atomically',
+           'save_result', 'experiment_record']
 
 # %% ../nbs/00a_data.ipynb #752e2d91
 @dataclass(frozen=True)
@@ -167,16 +170,34 @@ def load_result(name: str, # an experiment's name: `experiments/<name>.py` wrote
     return json.loads(path.read_text(encoding="utf-8"))
 
 # %% ../nbs/00a_data.ipynb #97ba3485
+def write_text_atomically(path: str | Path, # the file to write or replace
+                          text: str, # written as UTF-8
+                         ) -> Path: # `path`
+    """Write `text` to `path` atomically: a temporary file in the same folder replaces `path`, so a run killed while
+    writing leaves the old file whole and no temporary file behind. The one writer of the book's records and cards."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f: f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
 def save_result(path: str | Path, # where an experiment writes its record, usually `RESULTS_DIR/"<name>.json"`
                 record: dict, # JSON-serialisable: "command", "seeds", "created", "results", as `load_result` returns
                ) -> Path: # `path`
-    """Write an experiment's record as indented JSON, atomically: a temporary file in the same folder replaces `path`,
-    so a run killed while writing leaves the committed results whole. Raises `TypeError` (from `json`) for a record
-    that is not JSON-serialisable, before anything is written."""
-    path = Path(path)
-    text = json.dumps(record, indent=1) + "\n"  # serialise first: a bad record leaves no file behind
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f: f.write(text)
-    os.replace(tmp, path)
-    return path
+    """Write an experiment's record as indented JSON with `write_text_atomically`, so a run killed while writing leaves
+    the committed results whole. Raises `TypeError` (from `json`) for a record that is not JSON-serialisable, before
+    anything is written."""
+    text = json.dumps(record, indent=1) + "\n"  # serialised first: a bad record writes nothing
+    return write_text_atomically(path, text)
+
+def experiment_record(command: str, # how to re-run it, e.g. "python experiments/holtzman.py --seed 0"
+                      seeds: list, # the seeds it ran with
+                      results, # JSON-serialisable: what the chapters plot and the tests re-check
+                     ) -> dict: # {"command", "seeds", "created" (today, ISO 8601), "results"}, as `load_result` gives
+    "The record every experiment writes with `save_result`: how to re-run it, its seeds, the date and its results."
+    return {"command": command, "seeds": list(seeds), "created": datetime.date.today().isoformat(), "results": results}

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from .lm_head import eval_mode
-from .sampling import encode_continuations, generate
+from .sampling import encode_continuations, generate, token_log_probs
 from .validation import check_choice, check_positive_int
 
 # %% auto #0
@@ -70,11 +70,8 @@ def sequence_log_likelihood(model: nn.Module, # our `GPT`, or a Hugging Face cau
     mask = _checked_loss_mask(token_ids, loss_mask)[:, 1:]  # (B, T-1): token 0 has no prediction
     device = next(model.parameters()).device
     with eval_mode(model):
-        logits = _logits_of(model, token_ids.to(device)).float()  # (B, T, V)
-    B, T, V = logits.shape  # position t-1 predicts token t: log P = -cross-entropy, without a (B, T-1, V) copy
-    token_lp = -torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V),
-                                                  token_ids[:, 1:].reshape(-1).to(device),
-                                                  reduction="none").view(B, T - 1).cpu()  # (B, T-1)
+        logits = _logits_of(model, token_ids.to(device))  # (B, T, V)
+    token_lp = token_log_probs(logits[:, :-1].float(), token_ids[:, 1:].to(device)).cpu()  # (B, T-1): ch. 7
     total = (token_lp * mask).sum(-1)  # (B,)
     return total if reduction == "sum" else total / mask.sum(-1)
 

@@ -30,8 +30,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .evaluation import speeches
-from .lm_head import GPT
-from .training import baby_gpt_configs, cached_run, get_batch, load_model
+from .lm_head import GPT, eval_mode
+from .checkpoints import load_model
+from .corpus import get_batch
+from .recipes import baby_gpt_configs
+from .training import cached_run
 from .validation import check_in_interval, check_instance, check_int_in_range, check_positive_int
 
 # %% auto #0
@@ -193,7 +196,7 @@ class SequenceClassifier(nn.Module):
     def features(self, token_ids: Tensor, # (B, T) int64
                  padding_mask: Tensor | None = None, # (B, T) bool, True = real token
                 ) -> Tensor: # (B, D) float: the mean last hidden state over the real positions
-        h = self.body.residual_stream(token_ids, padding_mask)[-1]  # (B, T, D), after the final norm
+        h = self.body.ln_f(self.body.residual_stream(token_ids, padding_mask)[-1])  # (B, T, D), after the final norm
         if padding_mask is None: return h.mean(1)
         weights = padding_mask[..., None].to(h.dtype)  # (B, T, 1)
         return (h * weights).sum(1) / weights.sum(1)  # (B, T, D) -> (B, D)
@@ -227,8 +230,7 @@ def finetune_classifier(classifier: SequenceClassifier,
     params = [p for p in classifier.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     if frozen:
-        classifier.eval()
-        with torch.no_grad(): feats = classifier.features(token_ids, padding_mask)  # (N, D), once
+        with eval_mode(classifier), torch.no_grad(): feats = classifier.features(token_ids, padding_mask)  # (N, D)
     classifier.train()
     losses = []
     for _ in range(steps):
@@ -260,10 +262,8 @@ class EarlyStopping:
     @torch.no_grad()
     def __call__(self, step: int, classifier: SequenceClassifier) -> bool: # True: stop training
         if step % self.eval_every: return False
-        was_training = classifier.training
-        classifier.eval()
-        loss = F.cross_entropy(classifier(self.val[0], self.val[1]), self.val[2]).item()
-        classifier.train(was_training)
+        with eval_mode(classifier):
+            loss = F.cross_entropy(classifier(self.val[0], self.val[1]), self.val[2]).item()
         self.steps.append(step)
         self.val_losses.append(loss)
         if self.best_step is None or loss < self.best_val_loss:

@@ -1,19 +1,20 @@
 """A chat format with role and end-of-turn tokens, supervised fine-tuning with a loss mask, LoRA and DPO, from scratch on the book's own character model, on a CPU, offline
 
-**In the package** (`transformerbook.posttraining`): `ChatTokenizer(base)` adds the chat format's special tokens
-(`SPECIAL_TOKENS`: a user turn, an assistant turn, the end of a turn) to a character or GPT-2 tokenizer as ids after
-its vocabulary, which no ordinary text encodes to; `render_chat` turns a list of messages into ids and a loss mask
-(True on the assistant's tokens and its end-of-turn), `parse_chat` reads them back, `generate_reply` samples until
-the end-of-turn id. `with_chat_vocab` grows a GPT's embedding by the new ids. `chat_batch`, `sft_targets`,
-`check_loss_mask`, `sft_loss` and `sft` fine-tune on conversations with labels `IGNORE_INDEX` outside the mask
-(chapter 8's `ignore_index`); `speaker_conversations` and `line_conversations` build the two instruction tasks from
-TinyShakespeare, split by speech, `sft_examples` renders their training halves, `chat_sft_model` trains (once,
-cached) the book's chat model, `classify_speaker` scores the first task and `difference_interval` compares two
-accuracies. `LoRALinear`, `apply_lora`, `merge_lora`, `unmerge_lora` and `unwrap_lora` are Hu et al.'s low-rank
-adapters; `optimizer_state_bytes` measures AdamW's memory. `response_logprobs`, `dpo_loss`, `preference_pairs` and
-`dpo` are Rafailov et al.'s direct preference optimisation; `syllables` and `metre_reward` make the programmatic
-reward, `reward_and_kl` measures a policy and `best_of_n_kl` bounds best-of-n's KL. `read_jsonl` reads a reader's
-data and `add_finetune_command` adds `transformerbook finetune` to the command line.
+**In the package** (`transformerbook.posttraining`): The chat format lives in `transformerbook.chat` (its names are
+re-exported here): `ChatTokenizer(base)` adds its special tokens (`SPECIAL_TOKENS`: a user turn, an assistant turn,
+the end of a turn) to a character or GPT-2 tokenizer as ids after its vocabulary, which no ordinary text encodes to;
+`render_chat` turns a list of messages into ids and a loss mask (True on the assistant's tokens and its end-of-turn),
+`parse_chat` reads them back, `generate_reply` samples until the end-of-turn id. `with_chat_vocab` grows a GPT's
+embedding by the new ids. `chat_batch`, `sft_targets`, `check_loss_mask`, `sft_loss` and `sft` fine-tune on
+conversations with labels `IGNORE_INDEX` outside the mask (chapter 8's `ignore_index`); `speaker_conversations` and
+`line_conversations` build the two instruction tasks from TinyShakespeare, split by speech, `sft_examples` renders
+their training halves, `chat_sft_model` trains (once, cached) the book's chat model, `classify_speaker` scores the
+first task and `difference_interval` compares two accuracies. `LoRALinear`, `apply_lora`, `merge_lora`, `unmerge_lora`
+and `unwrap_lora` are Hu et al.'s low-rank adapters; `optimizer_state_bytes` measures AdamW's memory.
+`response_logprobs`, `dpo_loss`, `preference_pairs` and `dpo` are Rafailov et al.'s direct preference optimisation;
+`syllables` and `metre_reward` make the programmatic reward, `reward_and_kl` measures a policy and `best_of_n_kl`
+bounds best-of-n's KL. `read_jsonl` reads a reader's data and `add_finetune_command` adds `transformerbook finetune`
+to the command line.
 
 Docs: https://transformerbook.github.io/transformerbook/posttraining.html.md"""
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import random
 import re
 from collections import Counter
@@ -34,93 +34,26 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .data import load_tinyshakespeare, train_val_split
+from .data import load_tinyshakespeare, train_val_split, write_text_atomically
 from .evaluation import sequence_log_likelihood, speeches, wilson_interval
 from .finetune import IGNORE_INDEX
 from .lm_head import GPT, GPTConfig
 from .model_cache import run_dir
 from .sampling import generate
-from .training import cross_entropy_loss, load_model, save_checkpoint, shakespeare_model
+from .chat import SPECIAL_TOKENS, ChatTokenizer, _check_messages, render_chat
+from .checkpoints import load_model, save_checkpoint
+from .training import cross_entropy_loss, shakespeare_model
 from .validation import check_choice, check_instance, check_positive_int, check_positive_number
 
+# Re-exported: the chat format lives on its own page; readers import it from here too.
+from .chat import ROLES, parse_chat  # noqa: F401
+
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'ROLES', 'LORA_TARGETS', 'REPLY_TOKENS', 'ChatTokenizer', 'render_chat', 'parse_chat', 'sft_targets',
-           'chat_batch', 'sft_loss', 'check_loss_mask', 'with_chat_vocab', 'sft', 'generate_reply',
-           'speaker_conversations', 'line_conversations', 'classify_speaker', 'sft_examples', 'chat_sft_model',
-           'difference_interval', 'LoRALinear', 'apply_lora', 'merge_lora', 'unmerge_lora', 'optimizer_state_bytes',
-           'response_logprobs', 'dpo_loss', 'syllables', 'metre_reward', 'preference_pairs', 'dpo', 'best_of_n_kl',
-           'reward_and_kl', 'read_jsonl', 'unwrap_lora', 'add_finetune_command']
-
-# %% ../nbs/13_posttraining.ipynb #4f11500c
-SPECIAL_TOKENS = ("<|user|>", "<|assistant|>", "<|end|>")  # role of a turn, role of a turn, end of a turn
-ROLES = ("user", "assistant")
-
-class ChatTokenizer:
-    """A base tokenizer (`CharTokenizer`, `TiktokenGPT2`, `BPETokenizer`) plus the chat format's `SPECIAL_TOKENS`,
-    as the ids base.vocab_size, +1, +2: ordinary text (`encode`) never produces them."""
-    def __init__(self, base): # anything with `encode`, `decode` and `vocab_size`
-        self.base = base
-        self.special_ids = {s: base.vocab_size + i for i, s in enumerate(SPECIAL_TOKENS)}
-        self.user_id, self.assistant_id, self.end_id = self.special_ids.values()
-        self.role_ids = {"user": self.user_id, "assistant": self.assistant_id}
-
-    @property
-    def vocab_size(self) -> int: return self.base.vocab_size + len(SPECIAL_TOKENS)
-
-    def encode(self, text: str) -> list[int]:
-        "Ids of ordinary `text` (the base tokenizer's): never a special id, whatever the text."
-        return self.base.encode(text)
-
-    def decode(self, ids) -> str:
-        "Text of `ids`, the special ids written as their names. `ValueError` for an id outside [0, vocab_size)."
-        names, out, run = {i: s for s, i in self.special_ids.items()}, [], []
-        for i in ids:
-            if i in names: out += [self.base.decode(run), names[i]]; run = []  # noqa: E702
-            else: run.append(i)
-        return "".join(out + [self.base.decode(run)])
-
-# %% ../nbs/13_posttraining.ipynb #15c6510c
-def render_chat(messages: list, # [{"role": "user" | "assistant", "content": str}, ...]
-                tokenizer: ChatTokenizer,
-                add_generation_prompt: bool = False, # end with `<|assistant|>`, an open turn for generation
-               ) -> tuple[list[int], list[bool]]: # ids, and the loss mask (True = a token the model must learn)
-    """Render messages as `<|role|> content <|end|>` for each, and mark the assistant's content and its `<|end|>`
-    for the loss. `ValueError`/`TypeError` naming the message index and field for a malformed message."""
-    _check_messages(messages)
-    ids, mask = [], []
-    for m in messages:
-        content = tokenizer.encode(m["content"])
-        learn = m["role"] == "assistant"
-        ids += [tokenizer.role_ids[m["role"]], *content, tokenizer.end_id]
-        mask += [False, *[learn] * len(content), learn]  # the role token: never; content and <|end|>: assistant only
-    if add_generation_prompt: ids, mask = ids + [tokenizer.assistant_id], mask + [False]
-    return ids, mask
-
-# %% ../nbs/13_posttraining.ipynb #905abb1d
-def _check_messages(messages) -> None:
-    "Messages must be a non-empty list of {'role': one of ROLES, 'content': str}; errors name the index and field."
-    if not isinstance(messages, list) or not messages:
-        raise TypeError(f"messages must be a non-empty list of dicts, got {type(messages).__name__} {messages!r:.60}")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict): raise TypeError(f"message {i} must be a dict, got {type(m).__name__}")
-        if m.get("role") not in ROLES: raise ValueError(f"message {i}: field 'role' must be one of {ROLES}, "
-                                                         f"got {m.get('role')!r}")
-        if not isinstance(m.get("content"), str): raise ValueError(f"message {i}: field 'content' must be a str, "
-                                                                    f"got {type(m.get('content')).__name__}")
-
-# %% ../nbs/13_posttraining.ipynb #98342696
-def parse_chat(ids: list, # ids written by `render_chat` (without a generation prompt)
-               tokenizer: ChatTokenizer,
-              ) -> list: # the messages
-    "Read `render_chat`'s ids back into messages. `ValueError` if they are not `<|role|> ... <|end|>` turns."
-    roles, messages, i = {v: k for k, v in tokenizer.role_ids.items()}, [], 0
-    while i < len(ids):
-        if ids[i] not in roles: raise ValueError(f"position {i}: expected a role token, got id {ids[i]}")
-        try: j = ids.index(tokenizer.end_id, i + 1)
-        except ValueError: raise ValueError(f"the turn at position {i} has no {SPECIAL_TOKENS[2]}") from None
-        messages.append({"role": roles[ids[i]], "content": tokenizer.decode(ids[i + 1:j])})
-        i = j + 1
-    return messages
+__all__ = ['LORA_TARGETS', 'REPLY_TOKENS', 'sft_targets', 'chat_batch', 'sft_loss', 'check_loss_mask', 'with_chat_vocab', 'sft',
+           'generate_reply', 'speaker_conversations', 'line_conversations', 'classify_speaker', 'sft_examples',
+           'chat_sft_model', 'difference_interval', 'LoRALinear', 'apply_lora', 'merge_lora', 'unmerge_lora',
+           'optimizer_state_bytes', 'response_logprobs', 'dpo_loss', 'syllables', 'metre_reward', 'preference_pairs',
+           'dpo', 'best_of_n_kl', 'reward_and_kl', 'read_jsonl', 'unwrap_lora', 'add_finetune_command']
 
 # %% ../nbs/13_posttraining.ipynb #f846b72e
 def sft_targets(token_ids: Tensor, # (B, T+1) int64 rendered conversations, right-padded
@@ -623,15 +556,10 @@ def _finetune(args) -> int:
              f"{f', LoRA rank {args.lora_rank} (merged)' if args.lora_rank else ', every weight'}; "
              f"final training loss {log[-1]:.4f}.\n- Chat format: ids {chat_tok.vocab_size - 3} to "
              f"{chat_tok.vocab_size - 1} are {', '.join(SPECIAL_TOKENS)}.\n")
-    _atomic_append(card, extra)
+    write_text_atomically(card, card.read_text(encoding="utf-8") + extra)  # a crash leaves the old card whole
     print(f"step {args.steps}: training loss {log[-1]:.4f}; checkpoint {path}; model card {card}")
     return 0
 
-def _atomic_append(path, text: str) -> None:
-    "Append `text` to a file by writing a full copy and replacing it (a crash leaves the old file whole)."
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
-    os.replace(tmp, path)
 
 # %% ../nbs/13_posttraining.ipynb #5be437d0
 def add_finetune_command(sub) -> None:

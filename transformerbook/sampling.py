@@ -7,7 +7,8 @@ keys and values of every position so far in buffers allocated once, (B, n_kv_hea
 step extends. Its pieces work on (..., V) logits: `apply_temperature`, `top_k_filter` and `top_p_filter`, chained by
 `warp_logits`, then `sample_from_logits` draws one token per row. `beam_search(model, token_ids, max_new_tokens,
 num_beams, length_penalty)` keeps the $K$ best prefixes of one prompt (as Hugging Face's `num_beams`).
-`kv_cache_bytes` gives a cache's memory, `score_continuations` (on `encode_continuations`'s ids) and `perplexity` turn
+`kv_cache_bytes` gives a cache's memory, `token_log_probs` reads the chain rule's terms from logits,
+`score_continuations` (on `encode_continuations`'s ids) and `perplexity` turn
 the model into a scorer (in nats), `repeated_ngram_fraction` detects a generation stuck in a loop, and `self_bleu`
 measures how much several generations repeat one another.
 
@@ -22,17 +23,18 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .lm_head import eval_mode
 from .masking import make_padding_mask
-from .validation import (check_in_interval, check_int_in_range, check_nonnegative_int,
-                                        check_positive_int, check_positive_ints, check_positive_number, is_number)
+from .validation import (check_ids, check_in_interval, check_int_in_range, check_nonnegative_int,
+                                        check_positive_int, check_positive_ints, check_positive_number)
 
 # %% auto #0
 __all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'LayerKVCache', 'KVCache',
-           'kv_cache_bytes', 'generate', 'encode_continuations', 'score_continuations', 'repeated_ngram_fraction',
-           'self_bleu', 'perplexity', 'beam_search']
+           'kv_cache_bytes', 'generate', 'encode_continuations', 'token_log_probs', 'score_continuations',
+           'repeated_ngram_fraction', 'self_bleu', 'perplexity', 'beam_search']
 
 # %% ../nbs/07_sampling.ipynb #8c673759
 def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that must not be drawn
@@ -62,6 +64,9 @@ def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that mu
     return idx.squeeze(-1).clamp_(max=V - 1)
 
 # %% ../nbs/07_sampling.ipynb #b7d64a9e
+def _check_temperature(t) -> None:
+    check_positive_number("temperature", t, "for greedy decoding, the limit τ → 0, use generate(..., temperature=0)")
+
 def _check_top_k(k) -> None: check_positive_int("top_k", k, "k = 1 is greedy decoding")
 
 def _check_top_p(p) -> None: check_in_interval("top_p", p, "(0, 1]", "1 keeps every token")
@@ -74,8 +79,7 @@ def apply_temperature(logits: Tensor, # (..., V) float
 
     Raises `ValueError` unless τ is a positive finite number (greedy decoding, the limit τ → 0, is
     `generate(..., temperature=0)`)."""
-    check_positive_number("temperature", temperature,
-                          "for greedy decoding, the limit τ → 0, use generate(..., temperature=0)")
+    _check_temperature(temperature)
     return logits / temperature
 
 # %% ../nbs/07_sampling.ipynb #782d6841
@@ -86,6 +90,10 @@ def top_k_filter(logits: Tensor, # (..., V) float
 
     Ties with the k-th largest logit are all kept. Raises `ValueError` unless k is an int >= 1."""
     _check_top_k(k)
+    return _keep_top_k(logits, k)
+
+def _keep_top_k(logits: Tensor, k: int) -> Tensor:
+    "`top_k_filter` after its check (`generate` checks `k` once, before its loop)."
     k = min(k, logits.shape[-1])
     kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest logit of each row
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -98,6 +106,10 @@ def top_p_filter(logits: Tensor, # (..., V) float
     2020), computed as Hugging Face's `TopPLogitsWarper` (min_tokens_to_keep=1). Raises `ValueError` unless
     0 < p <= 1."""
     _check_top_p(p)
+    return _keep_top_p(logits, p)
+
+def _keep_top_p(logits: Tensor, p: float) -> Tensor:
+    "`top_p_filter` after its check (`generate` checks `p` once, before its loop)."
     sorted_logits, order = torch.sort(logits, dim=-1, descending=False)  # least probable first
     mass_up_to = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # (..., V): 1 - (mass before the token)
     remove = mass_up_to <= 1 - p  # the tail whose total stays within 1 - p
@@ -112,9 +124,16 @@ def warp_logits(logits: Tensor, # (..., V) float
                 top_p: float | None = None, # keep the nucleus of mass p; None = no limit
                ) -> Tensor: # (..., V) reshaped logits, -inf for removed tokens
     "Temperature, then top-k, then top-p (Hugging Face's order); the sampler draws from the softmax of the result."
-    logits = apply_temperature(logits, temperature)
-    if top_k is not None: logits = top_k_filter(logits, top_k)
-    if top_p is not None: logits = top_p_filter(logits, top_p)
+    _check_temperature(temperature)
+    if top_k is not None: _check_top_k(top_k)
+    if top_p is not None: _check_top_p(top_p)
+    return _warp(logits, temperature, top_k, top_p)
+
+def _warp(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Tensor:
+    "`warp_logits` after its checks: `generate` checks its arguments once, before its loop, not at every token."
+    logits = logits / temperature  # eq. 10.49
+    if top_k is not None: logits = _keep_top_k(logits, top_k)
+    if top_p is not None: logits = _keep_top_p(logits, top_p)
     return logits
 
 # %% ../nbs/07_sampling.ipynb #b0b711ad
@@ -311,7 +330,7 @@ def _next_token(logits: Tensor, # (B, V) float
     """Greedy (temperature 0, J&M eq. 10.46) or a draw from the warped distribution (eqs. 10.47–10.49). Reads nothing
     back to the host: `generate` checks the logits for NaN once, after its loop."""
     if temperature == 0: return logits.argmax(-1)
-    return sample_from_logits(warp_logits(logits, temperature, top_k, top_p), generator, check=False).to(logits.device)
+    return sample_from_logits(_warp(logits, temperature, top_k, top_p), generator, check=False).to(logits.device)
 
 # %% ../nbs/07_sampling.ipynb #e58b1b74
 def _retire_finished(next_ids: Tensor, # (B,) the tokens just picked
@@ -366,15 +385,12 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
 def _check_generate_args(cfg, max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id) -> None:
     "`generate`'s checks of everything but the prompts (`_as_left_padded` checks those), made once before the loop."
     if not getattr(cfg, "causal", True): raise ValueError("generate needs a causal model; this one has causal=False")
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 0")
-    if not is_number(temperature) or not 0 <= temperature < math.inf:
-        raise ValueError(f"temperature={temperature!r} must be >= 0 and finite (0 = greedy decoding)")
+    check_nonnegative_int("max_new_tokens", max_new_tokens)
+    check_in_interval("temperature", temperature, "[0, inf)", "0 = greedy decoding")
     if top_k is not None: _check_top_k(top_k)
     if top_p is not None: _check_top_p(top_p)
     for name, tok in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
-        if tok is not None and not (isinstance(tok, int) and 0 <= tok < cfg.vocab_size):
-            raise ValueError(f"{name}={tok!r} is outside [0, vocab_size={cfg.vocab_size})")
+        if tok is not None: check_int_in_range(name, tok, 0, cfg.vocab_size, "vocab_size")
 
 # %% ../nbs/07_sampling.ipynb #bffbba9f
 def encode_continuations(tokenizer, # anything with `encode(str) -> list[int]`
@@ -402,6 +418,14 @@ def encode_continuations(tokenizer, # anything with `encode(str) -> list[int]`
         starts.append(len(seq) - len(ids))
     return seqs, starts
 
+# %% ../nbs/07_sampling.ipynb #5266a349
+def token_log_probs(logits: Tensor, # (B, T, V) float: the model's output at T positions
+                    targets: Tensor, # (B, T) int64: the token that follows each position
+                   ) -> Tensor: # (B, T), the dtype of `logits`: log P(targets[:, t] | what position t saw), nats
+    "Log-probability of each next token (chain rule, notes eq. 19.1): log softmax of position t's logits at its target."
+    B, T, V = logits.shape  # -cross-entropy is log softmax at the target, without a (B, T, V) log-softmax copy
+    return -F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none").view(B, T)
+
 # %% ../nbs/07_sampling.ipynb #d33316c0
 @torch.no_grad()
 def score_continuations(model: nn.Module, # a `GPT`
@@ -420,11 +444,8 @@ def score_continuations(model: nn.Module, # a `GPT`
     L = max(len(s) for s in seqs)
     batch = torch.tensor([s + [0] * (L - len(s)) for s in seqs], device=device)  # (N, L), right-padded
     with eval_mode(model):
-        log_probs = model(batch).float().log_softmax(-1)  # (N, L, V)
-    scores = []
-    for i, (s, start) in enumerate(zip(seqs, starts)):
-        targets = torch.tensor(s[start:], device=device)  # (m,) the continuation's tokens
-        scores.append(log_probs[i, start - 1:len(s) - 1].gather(-1, targets[:, None]).sum())  # position j-1 predicts j
+        token_lp = token_log_probs(model(batch)[:, :-1].float(), batch[:, 1:])  # (N, L-1): j-1 scores token j
+    scores = [token_lp[i, start - 1:len(s) - 1].sum() for i, (s, start) in enumerate(zip(seqs, starts))]  # m terms
     return torch.stack(scores).cpu()
 
 # %% ../nbs/07_sampling.ipynb #a046acf2
@@ -466,8 +487,7 @@ def perplexity(model: nn.Module, # a `GPT`
     tensor), `ValueError` if the ids are not one 1-D sequence or prompt_length is not in [1, T)."""
     if not isinstance(token_ids, Tensor):
         token_ids = torch.as_tensor(token_ids) if len(token_ids) else torch.zeros(0, dtype=torch.long)
-    if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex or token_ids.dtype == torch.bool:
-        raise TypeError(f"token_ids must be integer token ids, got dtype {token_ids.dtype}")
+    check_ids("token_ids", token_ids)
     if token_ids.dim() != 1:
         raise ValueError(f"token_ids must be one sequence of shape (T,), got shape {tuple(token_ids.shape)}; "
                          "score a batch one row at a time")
@@ -482,9 +502,8 @@ def perplexity(model: nn.Module, # a `GPT`
         while first < T:  # score targets first..end-1, feeding the (at most C) inputs ids[start : end-1]
             end = min(T, max(first + stride, C + 1))
             start = max(0, end - 1 - C)  # <= first - 1, so every target's predecessor is in the window
-            logp = model(ids[None, start:end - 1])[0].double().log_softmax(-1)  # (end - 1 - start, V)
-            t = torch.arange(first, end, device=device)
-            nll[first:end] = -logp[t - start - 1, ids[first:end]]  # position t-1 predicts token t
+            logits = model(ids[None, start:end - 1]).double()  # (1, end - 1 - start, V): position t-1 predicts t
+            nll[first:end] = -token_log_probs(logits, ids[None, start + 1:end])[0, first - start - 1:]
             first = end
     return math.exp(nll[prompt_length:].mean().item())
 

@@ -3,21 +3,18 @@ forcing, batching and packing, AdamW with warm-up and cosine decay, checkpoints 
 
 **In the package** (`transformerbook.training`): `train(model, train_data, val_data, train_cfg)`, with `train_cfg` a
 `TrainConfig`, runs the loop (AdamW from `configure_optimizer`, the schedule `lr_at`, one `train_step` per batch with
-gradient accumulation and clipping, `estimate_loss` at every evaluation) and returns a `TrainHistory`; a new run's settings come from `new_run_config`
-(a warm-up longer than the decay is shortened by `fit_warmup`), a resumed run's from
-`resume_config` (only the `RESUMABLE` settings may change). With `out_dir` it writes checkpoints (`save_checkpoint`,
-`load_checkpoint`, `checkpoint_file`) and can resume exactly; the weights with the best validation loss are kept
-beside them (`BEST_CHECKPOINT_NAME`, `best_file`), and `load_model` / `model_file` prefer them for a run folder.
-A NaN loss raises
-`TrainingDivergedError`; an unusable checkpoint raises `CheckpointError`. Data: `load_dataset` (the names in
-`DATASETS`), `prepare_data` / `load_prepared` for a corpus of any size in memory-mapped token files (`PREPARED_META`),
-`get_batch` for (B, T) windows, `pack_documents` for `<|endoftext|>`-separated documents, and `cross_entropy_loss`
-written from scratch. Execution (chapter 08b): `DTYPES` for mixed precision, `resolve_device`, `setup_distributed`,
-`batch_slice` and `check_batch_split` for data parallelism under torchrun. Recipes: `baby_gpt_configs()` (nanoGPT's CPU recipe),
-`preset_configs` (the `PRESETS`), `reference_band` / `outside_reference` (is my loss normal?), `bits_per_byte`;
+gradient accumulation and clipping, `estimate_loss` at every evaluation) and returns a `TrainHistory`; a NaN loss
+raises `TrainingDivergedError`. `cross_entropy_loss` is the loss written from scratch. Execution (chapter 08b):
+`resolve_device`, `setup_distributed`, `batch_slice` and `check_batch_split` for data parallelism under torchrun.
 `shakespeare_model()` is a cached model trained with the baby GPT recipe (`cached_shakespeare_model()` loads it only
-if it is already cached, never training it) and `cached_run(prefix, model_cfg, train_cfg, tokenizer, key_extra)` trains any GPT on TinyShakespeare once and caches it in
-`cached_run_dir(prefix, model_cfg, train_cfg, key_extra)`, a folder named by `model_cache.run_dir`.
+if it is already cached, never training it) and `cached_run(prefix, model_cfg, train_cfg, tokenizer, key_extra)`
+trains any GPT on TinyShakespeare once and caches it in `cached_run_dir(prefix, model_cfg, train_cfg, key_extra)`, a
+folder named by `model_cache.run_dir`. The chapter's other rooms have their own modules, whose names this one
+re-exports: `transformerbook.corpus` (`load_dataset`, `get_batch`, `pack_documents`, `prepare_data`,
+`load_prepared`), `transformerbook.recipes` (`TrainConfig`, `new_run_config`, `fit_warmup`, `baby_gpt_configs`,
+`preset_configs`, `reference_band`, `outside_reference`, `bits_per_byte`) and `transformerbook.checkpoints`
+(`save_checkpoint`, `load_checkpoint`, `load_model`, `model_file`, `checkpoint_file`, `best_file`, `resume_config`,
+`CheckpointError`).
 
 Docs: https://transformerbook.github.io/transformerbook/training.html.md"""
 
@@ -27,14 +24,11 @@ Docs: https://transformerbook.github.io/transformerbook/training.html.md"""
 from __future__ import annotations
 
 import contextlib
-import itertools
-import json
 import math
 import os
 import random
 import sys
-import tempfile
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,31 +39,27 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-import transformerbook
-from .data import (END_OF_TEXT_ID, ChecksumError, DataUnavailableError, load_tinyshakespeare,
-                                  train_val_split)
+from .checkpoints import (CHECKPOINT_NAME, _check_resumable, best_file, load_checkpoint, load_model,
+                                         resume_config, save_checkpoint)
+from .corpus import _is_integer_tensor, check_splits, get_batch, load_dataset
 from .lm_head import GPT, GPTConfig, eval_mode
 from .model_cache import run_dir
-from .tokenization import CharTokenizer, TiktokenGPT2, tokenizer_from_dict
-from .validation import (check_choice, check_ids, check_ids_below, check_int_in_range,
-                                        check_nonnegative_int, check_positive_int, check_positive_ints, is_int,
-                                        is_number)
+from .recipes import DTYPES, TrainConfig, new_run_config, preset_configs
+from .validation import check_choice, check_ids, check_ids_below, check_nonnegative_int
+
+# Re-exported: the chapter's names readers import from `transformerbook.training`, whatever room they live in.
+from .checkpoints import BEST_CHECKPOINT_NAME, CHECKPOINT_FORMAT, CHECKPOINT_VERSION  # noqa: F401
+from .checkpoints import RESUMABLE, CheckpointError, checkpoint_file, model_file  # noqa: F401
+from .corpus import DATASETS, PREPARED_META, load_prepared, pack_documents, prepare_data  # noqa: F401
+from .recipes import PRESETS, baby_gpt_configs, bits_per_byte, fit_warmup  # noqa: F401
+from .recipes import outside_reference, reference_band  # noqa: F401
 
 # %% auto #0
-__all__ = ['DATASETS', 'PREPARED_META', 'DTYPES', 'CHECKPOINT_NAME', 'BEST_CHECKPOINT_NAME', 'CHECKPOINT_FORMAT',
-           'CHECKPOINT_VERSION', 'RESUMABLE', 'PRESETS', 'cross_entropy_loss', 'get_batch', 'pack_documents',
-           'load_dataset', 'prepare_data', 'load_prepared', 'TrainConfig', 'lr_at', 'configure_optimizer',
-           'estimate_loss', 'CheckpointError', 'TrainingDivergedError', 'checkpoint_file', 'best_file', 'TrainHistory',
-           'save_checkpoint', 'load_checkpoint', 'model_file', 'load_model', 'resume_config', 'fit_warmup',
-           'new_run_config', 'batch_slice', 'check_batch_split', 'train_step', 'train', 'resolve_device',
-           'setup_distributed', 'baby_gpt_configs', 'preset_configs', 'bits_per_byte', 'reference_band',
-           'outside_reference', 'cached_run_dir', 'cached_run', 'shakespeare_model', 'cached_shakespeare_model']
+__all__ = ['cross_entropy_loss', 'lr_at', 'configure_optimizer', 'estimate_loss', 'TrainHistory', 'TrainingDivergedError',
+           'batch_slice', 'check_batch_split', 'train_step', 'train', 'resolve_device', 'setup_distributed',
+           'cached_run_dir', 'cached_run', 'shakespeare_model', 'cached_shakespeare_model']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
-def _is_integer_tensor(x) -> bool:
-    "True for a tensor of an integer dtype (not float, complex or bool)."
-    return isinstance(x, Tensor) and not (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool)
-
 def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores over the vocabulary
                        targets: Tensor, # (...) int64: the index of the correct next token at each position
                        ignore_index: int | None = None, # target value whose positions are left out (e.g. padding)
@@ -91,277 +81,6 @@ def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores ove
     safe = torch.where(keep, targets, 0)  # any valid index at ignored positions; they are masked out below
     nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)  # (...): -log ŷ_t[w_{t+1}]
     return (nll * keep).sum() / keep.sum()  # mean over kept positions (NaN if none is kept, like torch)
-
-# %% ../nbs/08_training.ipynb #7cadf844
-def get_batch(data: Tensor | np.ndarray, # (N,) integer token ids: a tensor, or a `numpy.memmap` of a token file
-              batch_size: int, # B, number of windows
-              context_length: int, # T, tokens per window
-              generator: torch.Generator | None = None, # source of the random offsets (seeded => reproducible)
-             ) -> tuple[Tensor, Tensor]: # token_ids, targets: (B, T) int64; targets is token_ids shifted left by one
-    """A random batch of windows for teacher forcing (J&M 10.9): `token_ids = data[i:i+T]`, `targets = data[i+1:i+T+1]`,
-    so `targets[b, t]` is the token that follows `token_ids[b, :t+1]`. A memory-mapped token file is read window by
-    window, never whole. Raises `TypeError` if `data` is not integer ids, `ValueError` for batch_size < 1 or a corpus
-    not longer than T."""
-    check_positive_ints(batch_size=batch_size, context_length=context_length)
-    _check_token_ids(data)
-    if len(data) <= context_length:
-        raise ValueError(f"the corpus has {len(data)} tokens; it needs more than context_length={context_length}")
-    ix = torch.randint(len(data) - context_length, (batch_size,), generator=generator)  # (B,) window starts
-    windows = torch.stack([_window(data, i, context_length + 1) for i in ix.tolist()])  # (B, T+1) int64
-    return windows[:, :-1], windows[:, 1:]  # token_ids, targets: (B, T) each
-
-def _window(data, start: int, length: int) -> Tensor:
-    """`data[start:start+length]` as int64. From a `numpy.memmap` the window is read from its file with one
-    positioned read: reading through the mapping would leave the touched pages (and their neighbours, which the
-    kernel maps along) in the process's resident memory, which then creeps up towards the file's size."""
-    if isinstance(data, np.memmap) and isinstance(data.filename, str):
-        offset = data.offset + start * data.itemsize
-        window = np.fromfile(data.filename, dtype=data.dtype, count=length, offset=offset)
-        return torch.from_numpy(window.astype(np.int64))
-    w = data[start:start + length]
-    return torch.from_numpy(w.astype(np.int64)) if isinstance(w, np.ndarray) else w.long()
-
-def _check_token_ids(data) -> None:
-    "`TypeError` unless `data` is a 1-D integer tensor or numpy array; `ValueError` for another shape."
-    if isinstance(data, np.ndarray): ok = np.issubdtype(data.dtype, np.integer)
-    else: ok = _is_integer_tensor(data)
-    if not ok:
-        got = getattr(data, 'dtype', type(data).__name__)
-        raise TypeError(f"data must be an integer tensor of token ids, got {got}")
-    if data.ndim != 1: raise ValueError(f"data must be 1-D token ids, got shape {tuple(data.shape)}")
-
-# %% ../nbs/08_training.ipynb #ddbcbfc8
-def pack_documents(documents: list, # token-id lists, one per document
-                   context_length: int, # T, the length of every window
-                   eos_token_id: int = END_OF_TEXT_ID, # end-of-text separator after every document (GPT-2: 50256)
-                  ) -> Tensor: # (N, T) int64 with N = len(stream) // T
-    """Pack documents into full context windows (J&M 10.9.1): concatenate them, each followed by the end-of-text id
-    `eos_token_id`, and cut the stream into consecutive windows of `context_length` tokens. The tokens left over after
-    the last full window (fewer than T) are dropped; nothing is padded. Raises `ValueError` for context_length < 1."""
-    check_positive_int("context_length", context_length)
-    stream = [t for doc in documents for t in [*map(int, doc), eos_token_id]]  # d1 <eos> d2 <eos> ...
-    n_windows = len(stream) // context_length
-    return torch.tensor(stream[:n_windows * context_length], dtype=torch.long).view(n_windows, context_length)
-
-# %% ../nbs/08_training.ipynb #a4cd9296
-DATASETS = ("tinyshakespeare",)
-
-def load_dataset(name: str = "tinyshakespeare", # a name in `DATASETS`
-                 tokenizer: str = "char", # "char" (a CharTokenizer trained on the text) or "gpt2" (GPT-2's BPE)
-                ) -> tuple: # (tokenizer, train_ids, val_ids); ids are (N,) int64, split 90/10 as nanoGPT
-    """Tokenized TinyShakespeare: 1,003,854 / 111,540 characters, or 301,966 / 36,059 GPT-2 tokens. Raises
-    `ValueError` for an unknown name or tokenizer, `DataUnavailableError` when the text is not available offline."""
-    if name not in DATASETS: raise ValueError(f"unknown data set {name!r}; known: {list(DATASETS)}")
-    check_choice("tokenizer", tokenizer, ("char", "gpt2"))
-    text = load_tinyshakespeare()
-    if tokenizer == "char":
-        tok = CharTokenizer().train(text)  # nanoGPT builds the 65-character vocabulary from the whole text
-        train_text, val_text = train_val_split(text, 0.9)
-    else:
-        tok = TiktokenGPT2()
-        train_text, val_text = train_val_split(text, 0.9)  # split the text, then encode each part (nanoGPT)
-    to_ids = lambda s: torch.tensor(tok.encode(s), dtype=torch.long)
-    return tok, to_ids(train_text), to_ids(val_text)
-
-# %% ../nbs/08_training.ipynb #339f7b37
-PREPARED_META = "meta.json"  # next to train.bin and val.bin
-
-def _text_files(source: Path) -> list[Path]:
-    if source.is_file(): return [source]
-    files = sorted(source.rglob("*.txt")) if source.is_dir() else []
-    if not files: raise ValueError(f"--data {source}: no such text file, nor a folder holding .txt files")
-    return files
-
-def _read_chunks(fh, limit: list, size: int = 1 << 20):
-    "Text from `fh`, `size` characters at a time, until `limit[0]` UTF-8 bytes are left (None: to the end)."
-    while True:
-        chunk = fh.read(size)
-        if not chunk: return
-        nbytes = len(chunk.encode("utf-8"))
-        # a chunk that crosses the split: keep its head, push back the rest
-        if limit[0] is not None and nbytes > limit[0]:
-            head = chunk.encode("utf-8")[:limit[0]].decode("utf-8", errors="ignore")
-            limit.append(chunk[len(head):])  # the carried-over text for the next split
-            limit[0] = 0
-            if head: yield head
-            return
-        if limit[0] is not None: limit[0] -= nbytes
-        yield chunk
-
-# %% ../nbs/08_training.ipynb #4c9b3f28
-def _corpus_tokenizer(files: list[Path], tokenizer: str): # tokenizer: "char" or "gpt2"
-    "GPT-2's BPE, or a `CharTokenizer` over every character of `files` (a first pass, 1 MB at a time)."
-    if tokenizer != "char": return TiktokenGPT2()
-    chars = set()
-    for f in files:
-        with open(f, encoding="utf-8", newline="") as fh:
-            for chunk in _read_chunks(fh, [None]): chars.update(chunk)
-    return CharTokenizer(sorted(chars))
-
-# %% ../nbs/08_training.ipynb #4b3e92a4
-def _split_chunks(fh, split: str, # the open file; "train" or "val"
-                  train_left: list, # [bytes still to go to training] (+ the text cut at the split, pushed back)
-                  nbytes: dict, bar): # bytes read per split; a progress bar counting bytes
-    "The text of `fh` that goes to `split`, adding its UTF-8 bytes to `nbytes[split]` and to `bar`."
-    limit = train_left if split == "train" else [None]
-    pushed_back = [train_left.pop()] if split == "val" and len(train_left) > 1 else []
-    for chunk in itertools.chain(pushed_back, _read_chunks(fh, limit)):  # the text cut at the split
-        n = len(chunk.encode("utf-8"))
-        nbytes[split] += n
-        bar.update(n)
-        yield chunk
-
-# %% ../nbs/08_training.ipynb #7c1b05c5
-def _tokenize_files(files: list[Path], tok, # a tokenizer with `encode_iterable`
-                    out_dir: Path, # gets .train.bin.tmp and .val.bin.tmp
-                    train_bytes: int, # the first this many UTF-8 bytes of the corpus go to training
-                    dtype, bar,
-                    allow_special: bool = False, # GPT-2: a literal <|endoftext|> in the text is the end-of-text id
-                   ) -> tuple[dict, dict]: # the tokens and the bytes written per split
-    """Encode `files` in order into the two temporary token files as raw `dtype` ids, 65,536 ids at a time; with GPT-2's
-    tokenizer every file ends with `<|endoftext|>`."""
-    counts, nbytes = {"train": 0, "val": 0}, {"train": 0, "val": 0}
-    train_left = [train_bytes]  # bytes still to go to the training split
-    outs = {s: open(out_dir/f".{s}.bin.tmp", "wb") for s in ("train", "val")}
-
-    def write(split, ids):
-        arr = np.fromiter(ids, dtype=np.int64)
-        outs[split].write(arr.astype(dtype).tobytes())
-        counts[split] += len(arr)
-
-    try:
-        for f in files:
-            with open(f, encoding="utf-8", newline="") as fh:
-                for split in ("train", "val"):
-                    chunks = _split_chunks(fh, split, train_left, nbytes, bar)
-                    ids = tok.encode_iterable(chunks, **({"allow_special": True} if allow_special else {}))
-                    while batch := list(itertools.islice(ids, 1 << 16)): write(split, batch)
-                    if split == "train" and train_left[0] > 0: break  # the file ended before the split point
-                if isinstance(tok, TiktokenGPT2): write("train" if train_left[0] > 0 else "val", [tok.eos_token_id])
-    finally:
-        for fh in outs.values(): fh.close()
-    return counts, nbytes
-
-# %% ../nbs/08_training.ipynb #16bc9962
-def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt files
-                 out_dir: str | Path, # gets train.bin, val.bin and meta.json
-                 tokenizer: str = "char", # "char" (vocabulary from the corpus) or "gpt2" (tiktoken's GPT-2 BPE)
-                 val_fraction: float = 0.1, # the last share of the bytes, for validation
-                 progress: bool = True,
-                 allow_special: bool = False, # "gpt2" only: the text's literal <|endoftext|> become the end-of-text id
-                ) -> dict: # the metadata written to meta.json
-    """Tokenize a corpus once into memory-mappable token files, reading 1 MB at a time (memory bounded whatever the
-    corpus size). Raises `ValueError` for a missing source, an empty corpus or a bad tokenizer / val_fraction."""
-    check_choice("tokenizer", tokenizer, ("char", "gpt2"))
-    if allow_special and tokenizer != "gpt2":
-        raise ValueError(f"allow_special needs the gpt2 tokenizer (it has <|endoftext|>), not {tokenizer!r}")
-    if not 0 < val_fraction < 1: raise ValueError(f"val_fraction={val_fraction} must be in (0, 1)")
-    source, out_dir = Path(source), Path(out_dir)
-    files = _text_files(source)
-    total = sum(f.stat().st_size for f in files)
-    if total == 0: raise ValueError(f"the corpus {source} is empty")
-    tok = _corpus_tokenizer(files, tokenizer)
-    dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
-    out_dir.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc=f"tokenizing {source.name}")
-    try: counts, nbytes = _tokenize_files(files, tok, out_dir, int(total * (1 - val_fraction)), dtype, bar,
-                                          allow_special)
-    finally: bar.close()
-    if counts["train"] == 0 or counts["val"] == 0:
-        raise ValueError(f"the corpus {source} is too small to split ({counts['train']} / {counts['val']} tokens)")
-    for s in counts: os.replace(out_dir/f".{s}.bin.tmp", out_dir/f"{s}.bin")
-    meta = {"tokenizer": tok.to_dict(), "dtype": np.dtype(dtype).name, "source": str(source), "files": len(files),
-            "train_tokens": counts["train"], "val_tokens": counts["val"], "train_bytes": nbytes["train"],
-            "val_bytes": nbytes["val"], "allow_special": allow_special}
-    (out_dir/PREPARED_META).write_text(json.dumps(meta, indent=1))
-    return meta
-
-# %% ../nbs/08_training.ipynb #146fac64
-def load_prepared(data_dir: str | Path, # a folder written by `prepare_data`
-                 ) -> tuple: # (tokenizer, train_ids, val_ids, meta); the ids are read-only (N,) `numpy.memmap`s
-    "Open prepared token files without reading them. Raises `ValueError` if the folder holds no prepared data."
-    data_dir = Path(data_dir)
-    if not (data_dir/PREPARED_META).is_file():
-        raise ValueError(f"{data_dir} holds no prepared data ({PREPARED_META}); make it with `transformerbook prepare`")
-    meta = json.loads((data_dir/PREPARED_META).read_text())
-    ids = {s: np.memmap(data_dir/f"{s}.bin", dtype=meta["dtype"], mode="r") for s in ("train", "val")}
-    return tokenizer_from_dict(meta["tokenizer"]), ids["train"], ids["val"], meta
-
-# %% ../nbs/08_training.ipynb #bbdf9984
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # TrainConfig.dtype
-
-# %% ../nbs/08_training.ipynb #aaa53c78
-@dataclass
-class TrainConfig:
-    "Optimisation settings; the defaults are nanoGPT's CPU 'baby GPT' on character-level TinyShakespeare. Validated."
-    max_iters: int = 2000  # number of optimizer steps
-    batch_size: int = 12  # B, windows per step
-    learning_rate: float = 1e-3  # peak learning rate (reached at the end of warm-up)
-    min_lr: float = 1e-4  # floor of the cosine decay (nanoGPT: learning_rate / 10)
-    warmup_iters: int = 100  # linear warm-up steps
-    lr_decay_iters: int | None = None  # step at which the cosine reaches min_lr; None: max_iters of the first run
-    weight_decay: float = 0.1  # AdamW decay, applied to matrices only (dim >= 2)
-    beta1: float = 0.9  # AdamW β1
-    beta2: float = 0.99  # AdamW β2; nanoGPT uses 0.99 for small batches (0.95 for GPT-2)
-    grad_clip: float = 1.0  # clip the global gradient norm to this; 0 disables
-    eval_interval: int = 250  # evaluate (and checkpoint) every this many steps, and at the end
-    eval_iters: int = 20  # batches per split in each evaluation
-    seed: int = 1337  # seeds the batch sampler and torch's global RNG (dropout)
-    grad_accum_steps: int = 1  # the batch of one optimizer step is computed in this many slices (same gradient)
-    dtype: str = "float32"  # "float32", or autocast to "bfloat16" / "float16" (with a gradient scaler); see 08b
-    compile: bool = False  # run the training step through `torch.compile`; see 08b
-    log_interval: int = 10  # the step losses reach the host every this many steps (the only read of the step path)
-    patience: int | None = None  # stop after this many evaluations without a lower validation loss; None: never
-
-    def __post_init__(self):
-        "Type errors name the field and value (`TypeError`); out-of-range values raise `ValueError`."
-        _check_train_config(self)
-
-    @property
-    def decay_iters(self) -> int:
-        "Where the cosine ends: `lr_decay_iters`, or `max_iters` when it is None (the only place this rule is written)."
-        return self.max_iters if self.lr_decay_iters is None else self.lr_decay_iters
-
-    def to_dict(self) -> dict: return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        "Build from a dict (e.g. a checkpoint's), rejecting unknown keys by name."
-        unknown = sorted(set(d) - {f.name for f in fields(cls)})
-        if unknown: raise ValueError(f"unknown TrainConfig fields {unknown}")
-        return cls(**d)
-
-# %% ../nbs/08_training.ipynb #fd7bccdc
-def _check_train_config(cfg: TrainConfig) -> None:
-    "`TrainConfig`'s checks: `TypeError` naming the field and value, `ValueError` for one out of range."
-    ints = ("max_iters", "batch_size", "warmup_iters", "eval_interval", "eval_iters", "seed", "grad_accum_steps",
-            "log_interval")
-    floats = ("learning_rate", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip")
-    for name in (*ints, "lr_decay_iters", "patience"):
-        value, may_be_none = getattr(cfg, name), name in ("lr_decay_iters", "patience")
-        if not is_int(value) and not (may_be_none and value is None):
-            raise TypeError(f"{name}={value!r} must be an int{' or None' if may_be_none else ''}, "
-                            f"not {type(value).__name__}")
-    for name in floats:
-        value = getattr(cfg, name)
-        if not is_number(value):
-            raise TypeError(f"{name}={value!r} must be a number, not {type(value).__name__}")
-        if not math.isfinite(value): raise ValueError(f"{name}={value!r} must be finite")
-    for name, low in (("max_iters", 1), ("batch_size", 1), ("warmup_iters", 0), ("eval_interval", 1),
-                      ("eval_iters", 1), ("grad_accum_steps", 1), ("log_interval", 1)):
-        check_int_in_range(name, getattr(cfg, name), low)
-    if cfg.patience is not None: check_int_in_range("patience", cfg.patience, 1)
-    if not cfg.learning_rate > 0: raise ValueError(f"learning_rate={cfg.learning_rate} must be > 0")
-    if not 0 <= cfg.min_lr <= cfg.learning_rate:
-        raise ValueError(f"min_lr={cfg.min_lr} must be in [0, learning_rate={cfg.learning_rate}]")
-    if cfg.lr_decay_iters is not None and cfg.lr_decay_iters < cfg.warmup_iters:
-        raise ValueError(f"lr_decay_iters={cfg.lr_decay_iters} must be >= warmup_iters={cfg.warmup_iters}")
-    if cfg.weight_decay < 0: raise ValueError(f"weight_decay={cfg.weight_decay} must be >= 0")
-    if cfg.grad_clip < 0: raise ValueError(f"grad_clip={cfg.grad_clip} must be >= 0 (0 disables clipping)")
-    for name in ("beta1", "beta2"):
-        if not 0 <= getattr(cfg, name) < 1: raise ValueError(f"{name}={getattr(cfg, name)} must be in [0, 1)")
-    check_choice("dtype", cfg.dtype, DTYPES)
-    if not isinstance(cfg.compile, bool): raise TypeError(f"compile={cfg.compile!r} must be a bool")
 
 # %% ../nbs/08_training.ipynb #6db139e3
 def lr_at(step: int, # optimizer step, counting from 0
@@ -443,30 +162,6 @@ def estimate_loss(model: nn.Module, # a GPT, or the compiled module that runs it
     return out
 
 
-# %% ../nbs/08_training.ipynb #50bc577e
-class CheckpointError(ValueError):
-    "A checkpoint is missing, corrupt, from another format, or incompatible with the run that wants to use it."
-
-class TrainingDivergedError(RuntimeError):
-    "The training loss became NaN or infinite; training stopped, the bad update skipped and no checkpoint written."
-
-CHECKPOINT_NAME = "ckpt.pt"  # file name inside a run's output folder: the latest state, to resume from
-BEST_CHECKPOINT_NAME = "best.pt"  # beside it: the weights with the lowest validation loss so far (no optimizer)
-CHECKPOINT_FORMAT = "transformerbook.checkpoint"
-CHECKPOINT_VERSION = 1
-
-def checkpoint_file(path: str | Path) -> Path:
-    """The checkpoint file a path means. A path that names a file is that file: an existing file, or a new name with
-    a suffix (`model.ckpt`, `weights.pth`). A folder means `folder/ckpt.pt` (a run's output folder): an existing
-    folder, or a new name without a suffix (`runs/baby`)."""
-    path = Path(path)
-    is_folder = path.is_dir() or (not path.exists() and not path.suffix)
-    return path/CHECKPOINT_NAME if is_folder else path
-
-def best_file(path: str | Path) -> Path:
-    "The best-weights file of the run whose checkpoint `path` means: `best.pt` beside `checkpoint_file(path)`."
-    return checkpoint_file(path).parent/BEST_CHECKPOINT_NAME
-
 # %% ../nbs/08_training.ipynb #55cee395
 @dataclass
 class TrainHistory:
@@ -482,179 +177,10 @@ class TrainHistory:
     @classmethod
     def from_dict(cls, d: dict) -> "TrainHistory": return cls(**{k: list(v) for k, v in d.items()})
 
-# %% ../nbs/08_training.ipynb #12f839d5
-def _atomic_torch_save(obj, path: Path) -> None:
-    "Write `obj` to a temporary file in the same folder, fsync it, then `os.replace` it over `path` (atomic on POSIX)."
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # readers see the old file or the new one, never half of one
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try: os.fsync(dir_fd)
-        finally: os.close(dir_fd)
-    except OSError: pass
-
-# %% ../nbs/08_training.ipynb #f3d92140
-def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` inside it)
-                    model: GPT,
-                    optimizer: torch.optim.Optimizer | None,
-                    step: int, # optimizer steps taken so far
-                    train_config: TrainConfig | None = None,
-                    tokenizer=None, # anything with `to_dict()` (CharTokenizer, TiktokenGPT2)
-                    history: TrainHistory | None = None,
-                    generator: torch.Generator | None = None, # the batch sampler: a resumed run draws the same batches
-                    scaler: torch.amp.GradScaler | None = None, # float16 training's loss scale (08b)
-                    rank_rng: list | None = None, # under data parallelism, every rank's torch RNG state (dropout)
-                   ) -> Path:
-    """Save everything needed to resume exactly, atomically (a crash mid-save leaves the previous file intact): the
-    weights, optimizer state, configs, tokenizer, history and the random states (torch's CPU generator, every CUDA
-    device's generator once CUDA is in use, Python's, and the batch sampler). Only tensors and plain containers are
-    stored, so `load_checkpoint` can use `torch.load(weights_only=True)`."""
-    path = checkpoint_file(path)
-    model = getattr(model, "_orig_mod", model)  # a compiled model saves its plain weights
-    ckpt = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "code_version": transformerbook.__version__,
-            "step": int(step), "model": model.state_dict(), "model_config": model.config.to_dict(),
-            "optimizer": None if optimizer is None else optimizer.state_dict(),
-            "train_config": None if train_config is None else train_config.to_dict(),
-            "tokenizer": None if tokenizer is None else tokenizer.to_dict(),
-            "history": None if history is None else history.to_dict(),
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,  # dropout on GPU
-                    "batch_generator": None if generator is None else generator.get_state(), "ranks": rank_rng},
-            "scaler": None if scaler is None or not scaler.is_enabled() else scaler.state_dict()}
-    _atomic_torch_save(ckpt, path)
-    return path
-
-# %% ../nbs/08_training.ipynb #353f3c20
-_REQUIRED_KEYS = ("step", "model", "model_config", "optimizer", "train_config", "tokenizer", "history", "rng")
-
-def load_checkpoint(path: str | Path, # a checkpoint file or a run folder
-                   ) -> dict: # the saved dict (see `save_checkpoint`)
-    """Load a checkpoint with `torch.load(weights_only=True)` (no arbitrary code runs). Raises `CheckpointError` if
-    the file is missing, unreadable (corrupt, truncated) or not a transformerbook checkpoint of a known version."""
-    path = checkpoint_file(path)
-    if not path.is_file(): raise CheckpointError(f"no checkpoint at {path}")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise CheckpointError(f"cannot read checkpoint {path} (corrupt or truncated?): {type(e).__name__}: "
-                              f"{_first_line(e)}") from e
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path} is not a transformerbook checkpoint")
-    if ckpt.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(f"{path} has checkpoint version {ckpt.get('version')!r}; "
-                              f"this code reads version {CHECKPOINT_VERSION}")
-    missing = [k for k in _REQUIRED_KEYS if k not in ckpt]
-    if missing: raise CheckpointError(f"{path} lacks {missing}")
-    return ckpt
-
-def _first_line(e: BaseException) -> str:
-    "`Type: first line of the message` (just the type if the message is empty), for one-line errors."
-    lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
-
-# %% ../nbs/08_training.ipynb #ecefb091
-def model_file(path: str | Path, # a checkpoint file or a run folder
-               latest: bool = False, # a run folder's latest state (`ckpt.pt`) rather than its best weights
-              ) -> Path: # the checkpoint file `load_model(path, latest=latest)` reads
-    """A run folder means its best weights (`best.pt`, the lowest validation loss of its evaluations) when it has them
-    and `latest` is False, else its latest state (`ckpt.pt`); a file means itself."""
-    best = Path(path)/BEST_CHECKPOINT_NAME
-    return best if not latest and Path(path).is_dir() and best.is_file() else checkpoint_file(path)
-
-def load_model(path: str | Path, # a checkpoint file, or a run folder (its best weights unless `latest`)
-               device: str | torch.device = "cpu",
-               latest: bool = False, # a run folder's latest state instead of its best weights
-              ) -> tuple: # (GPT in eval mode, tokenizer or None)
-    """Rebuild the model (and its tokenizer) saved in a checkpoint, `model_file(path, latest)`: the step it is from
-    is `load_checkpoint(model_file(path))["step"]`. Raises `CheckpointError` for a bad checkpoint;
-    `DataUnavailableError` / `ChecksumError` pass through unchanged when a GPT-2 tokenizer's files are missing or
-    corrupt (the checkpoint is fine, the data is not)."""
-    path = model_file(path, latest)
-    ckpt = load_checkpoint(path)
-    try:
-        model = GPT(GPTConfig.from_dict(ckpt["model_config"]))
-        model.load_state_dict(ckpt["model"])
-    except (ValueError, RuntimeError, KeyError, TypeError) as e:
-        raise CheckpointError(f"checkpoint {checkpoint_file(path)} does not match this code's model: "
-                              f"{_first_line(e)}") from e
-    tokenizer = None
-    if ckpt["tokenizer"] is not None:
-        try:
-            tokenizer = tokenizer_from_dict(ckpt["tokenizer"])  # GPT-2 / BPE read their files from the data folder
-        except (DataUnavailableError, ChecksumError):
-            raise  # a data problem, not a checkpoint problem: keep its own message (how to get the files)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise CheckpointError(f"checkpoint {checkpoint_file(path)} holds a tokenizer this code cannot rebuild: "
-                                  f"{_first_line(e)}") from e
-    return model.to(device).eval(), tokenizer
-
-# %% ../nbs/08_training.ipynb #01d188d9
-RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "grad_accum_steps", "dtype", "compile", "log_interval",
-             "patience")  # may change on resume
-
-def resume_config(saved: dict, # the checkpoint's `train_config`
-                  changes: dict, # the settings this run asks for: a whole `TrainConfig.to_dict()` or just some options
-                  source: str | Path = "the checkpoint", # named in the error
-                 ) -> TrainConfig: # the checkpoint's settings with the allowed changes applied
-    """The settings of a resumed run: the checkpoint's, except the `RESUMABLE` ones, which may change (how long to run,
-    how often to evaluate, and how the step is executed: accumulation, precision, compilation). Anything else that
-    differs raises `CheckpointError` naming each field as (checkpoint, this run). `lr_decay_iters=None` in `changes`
-    keeps the checkpoint's schedule (a checkpoint that stored None decayed over its own `max_iters`), so a resume that
-    raises `max_iters` continues the same cosine. The one rule behind `train(resume=True)` and `transformerbook train
-    --resume`."""
-    old = TrainConfig.from_dict(saved)
-    old = replace(old, lr_decay_iters=old.decay_iters).to_dict()
-    changes = {k: v for k, v in changes.items() if not (k == "lr_decay_iters" and v is None)}
-    diff = {k: (old.get(k), v) for k, v in changes.items() if k not in RESUMABLE and old.get(k) != v}
-    if diff:
-        raise CheckpointError(f"cannot resume from {source}: training settings differ "
-                              f"({{field: (checkpoint, this run)}} "
-                              f"= {diff}); only {list(RESUMABLE)} may change")
-    return TrainConfig.from_dict({**old, **changes})
-
-def _check_resumable(ckpt: dict, model: GPT, tokenizer, path: Path) -> None:
-    "`CheckpointError` unless the checkpoint holds optimizer state for this model and tokenizer."
-    if ckpt["model_config"] != model.config.to_dict():
-        diff = {k: (v, model.config.to_dict().get(k)) for k, v in ckpt["model_config"].items()
-                if model.config.to_dict().get(k) != v}
-        raise CheckpointError(f"cannot resume from {path}: its model config differs ({{field: (checkpoint, this run)}} "
-                              f"= {diff})")
-    if ckpt["optimizer"] is None or ckpt["train_config"] is None or ckpt["history"] is None:
-        raise CheckpointError(f"cannot resume from {path}: it holds no optimizer state (an inference-only checkpoint)")
-    if tokenizer is not None and ckpt["tokenizer"] is not None and ckpt["tokenizer"] != tokenizer.to_dict():
-        raise CheckpointError(f"cannot resume from {path}: it was trained with another tokenizer")
+class TrainingDivergedError(RuntimeError):
+    "The training loss became NaN or infinite; training stopped, the bad update skipped and no checkpoint written."
 
 # %% ../nbs/08_training.ipynb #7bbe0124
-def fit_warmup(settings: dict, # `TrainConfig` fields (all, or the ones a command line gave plus its preset's)
-              ) -> tuple[dict, list[str]]: # the settings with a warm-up that ends before the decay; notes
-    """A warm-up longer than the cosine decay (`lr_decay_iters`, or `max_iters` when that is None) becomes a tenth of
-    the decay length, whichever options set the two (`--max-iters 40`, or `--max-iters 2 --lr-decay-iters 2` on a
-    preset with 100 warm-up steps); a note says so."""
-    given = settings.get("lr_decay_iters")
-    decay = settings["max_iters"] if given is None else given
-    if settings["warmup_iters"] <= decay: return settings, []
-    what = f"max_iters={decay}): the run is shorter than its warm-up" if given is None else \
-        f"the decay length {decay}): the learning rate would finish decaying before the warm-up ended"
-    note = f"warm-up shortened from {settings['warmup_iters']} to {decay // 10} steps (a tenth of {what}"
-    return {**settings, "warmup_iters": decay // 10}, [note]
-
-def new_run_config(train_cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
-    """The settings a new run uses, and a note for each one it had to adapt: `lr_decay_iters=None` becomes
-    `max_iters` (recorded in the checkpoint, so a resume keeps the schedule), and a warm-up longer than the run
-    (`--max-iters 40` with the default 100 warm-up steps) is shortened by `fit_warmup`."""
-    settings, notes = fit_warmup(train_cfg.to_dict())
-    train_cfg = TrainConfig.from_dict(settings)
-    return replace(train_cfg, lr_decay_iters=train_cfg.decay_iters), notes
-
 def batch_slice(batch_size: int, # B, the windows of one optimizer step (all ranks, all accumulation steps)
                 rank: int, # this process, 0 <= rank < world_size
                 world_size: int, # number of data-parallel processes
@@ -873,7 +399,7 @@ def train(model: GPT, # trained in place (on its own device)
     (the last good checkpoint is kept), `CheckpointError` (no or an incompatible checkpoint to resume), `ValueError`
     (data not longer than the context, ids outside the vocabulary, a batch the slices cannot divide)."""
     T = model.config.context_length
-    _check_splits(train_data, val_data, T)
+    check_splits(train_data, val_data, T)
     run = _setup_run(model, train_cfg, out_dir, tokenizer, resume)  # fresh, or restored from the checkpoint
     cfg, (step_model, eval_model) = run.train_cfg, _wrap_model(model, run.train_cfg, run.world)
     with tqdm(total=cfg.max_iters, initial=min(run.start, cfg.max_iters), disable=not progress or run.rank > 0,
@@ -896,13 +422,6 @@ def train(model: GPT, # trained in place (on its own device)
 
 
 # %% ../nbs/08_training.ipynb #6c2b0b45
-def _check_splits(train_data, val_data, T: int) -> None:
-    "`TypeError` / `ValueError` unless both splits are 1-D integer token ids longer than the context `T`."
-    for name, data in (("training", train_data), ("validation", val_data)):
-        _check_token_ids(data)
-        if len(data) <= T:
-            raise ValueError(f"the {name} split has {len(data)} tokens; it needs more than context_length={T}")
-
 def _read_losses(run, bar=None) -> None:
     """Read the step losses still on the device in one transfer (the step path's only host read), record them, show
     the last one, and raise `TrainingDivergedError` at the first that is not finite, saying where the last good
@@ -949,74 +468,6 @@ def setup_distributed(device: torch.device, # the device `resolve_device` chose
         torch.cuda.set_device(device)
     if not dist.is_initialized(): dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return dist.get_rank(), dist.get_world_size(), device
-
-# %% ../nbs/08_training.ipynb #c868cad3
-def baby_gpt_configs(vocab_size: int = 65, # 65 characters in TinyShakespeare
-                     **train_overrides, # e.g. max_iters=200
-                    ) -> tuple: # (GPTConfig, TrainConfig)
-    """nanoGPT's CPU 'baby GPT' for character-level Shakespeare: 4 layers, 4 heads, d_model 128, context 64,
-    batch 12, 2000 steps, lr 1e-3 -> 1e-4, no dropout; nanoGPT reports validation loss 1.88."""
-    model_cfg = GPTConfig(vocab_size=vocab_size, context_length=64, d_model=128, n_heads=4, n_layers=4, dropout=0.0,
-                          fused=True)  # training uses torch's fused attention and LayerNorm kernels (same maths)
-    train_cfg = TrainConfig(**{**dict(max_iters=2000, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
-                                      lr_decay_iters=2000, weight_decay=0.1, beta2=0.99, grad_clip=1.0,
-                                      eval_interval=250, eval_iters=20), **train_overrides})
-    return model_cfg, train_cfg
-
-# %% ../nbs/08_training.ipynb #4f908239
-PRESETS = ("baby-gpt-char", "gpu-shakespeare-char", "bpe-gpt2")
-
-def preset_configs(name: str = "baby-gpt-char", # one of `PRESETS`
-                   **train_overrides, # e.g. max_iters=200, seed=1
-                  ) -> tuple: # (GPTConfig, TrainConfig)
-    """The book's documented recipes on TinyShakespeare. "baby-gpt-char": nanoGPT's CPU baby GPT (`baby_gpt_configs`).
-    "gpu-shakespeare-char": nanoGPT's `config/train_shakespeare_char.py` (6 layers, 6 heads, d_model 384, context 256,
-    batch 64, dropout 0.2, lr 1e-3, 5,000 steps; nanoGPT reports validation loss 1.4697 on one A100). "bpe-gpt2": the
-    baby GPT on GPT-2's BPE (50,257 ids; 600 steps). Raises `ValueError` for an unknown name."""
-    if name == "baby-gpt-char": return baby_gpt_configs(65, **train_overrides)
-    if name == "bpe-gpt2":
-        return baby_gpt_configs(50257, **{**dict(max_iters=600, lr_decay_iters=600, warmup_iters=50, eval_interval=200),
-                                          **train_overrides})
-    if name == "gpu-shakespeare-char":
-        model_cfg = GPTConfig(vocab_size=65, context_length=256, d_model=384, n_heads=6, n_layers=6, dropout=0.2,
-                              fused=True)
-        train_cfg = TrainConfig(**{**dict(max_iters=5000, batch_size=64, learning_rate=1e-3, min_lr=1e-4,
-                                          warmup_iters=100, lr_decay_iters=5000, beta2=0.99, eval_interval=250,
-                                          eval_iters=200), **train_overrides})
-        return model_cfg, train_cfg
-    raise ValueError(f"unknown preset {name!r}; known: {list(PRESETS)}")
-
-def bits_per_byte(loss: float, # mean cross-entropy, nats per token
-                  n_tokens: int, # tokens in the evaluated text
-                  n_bytes: int, # UTF-8 bytes of the same text
-                 ) -> float: # bits per byte of text
-    """A loss any tokenizer can be compared on: nats/token ÷ ln 2 = bits/token, times tokens per byte. For ASCII text
-    and a character tokenizer it is just the loss in bits (one character = one byte)."""
-    return loss / math.log(2) * n_tokens / n_bytes
-
-# %% ../nbs/08_training.ipynb #e2ba9d67
-def reference_band(preset: str, # one of `PRESETS` that has measured curves
-                   step: int, # the optimizer step
-                  ) -> dict | None: # {"median", "low", "high", "n_seeds"} at `step`, or None outside the measured steps
-    """The validation loss the book measured for `preset` at `step` over several seeds (linear interpolation between
-    evaluations), from `data.load_result("reference_curves")`. None if the preset or the step was not measured."""
-    from .data import load_result
-    try: curves = load_result("reference_curves")["results"].get(preset)
-    except FileNotFoundError: return None
-    if not curves or not curves["steps"][0] <= step <= curves["steps"][-1]: return None
-    band = {k: float(np.interp(step, curves["steps"], curves[k])) for k in ("median", "low", "high")}
-    return {**band, "n_seeds": len(curves["runs"])}
-
-def outside_reference(preset: str, step: int, val_loss: float,
-                      same_settings: bool = True, # the run uses the preset's settings unchanged
-                     ) -> str | None: # one line when `val_loss` lies outside the band, else None
-    "One line saying that a validation loss lies outside the preset's reference band, or None when it is inside."
-    band = reference_band(preset, step)
-    if band is None or band["low"] <= val_loss <= band["high"]: return None
-    where = "above" if val_loss > band["high"] else "below"
-    why = "" if same_settings else " (expected: this run's settings differ from the preset's)"
-    return (f"step {step}: val loss {val_loss:.3f} is {where} the {preset} reference band "
-            f"[{band['low']:.3f}, {band['high']:.3f}] ({band['n_seeds']} seeds, median {band['median']:.3f}){why}")
 
 # %% ../nbs/08_training.ipynb #47ea3c4a
 _EXECUTION = {"grad_accum_steps": 1, "dtype": "float32", "compile": False, "log_interval": 10, "patience": None}

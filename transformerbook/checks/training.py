@@ -19,7 +19,9 @@ import torch
 from torch import Tensor
 
 from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
-from ..training import TrainConfig, cross_entropy_loss, lr_at, pack_documents
+from ..corpus import pack_documents
+from ..recipes import TrainConfig
+from ..training import cross_entropy_loss, lr_at
 
 # %% auto #0
 __all__ = ['META_CASES', 'lm_loss_reference', 'check_lm_loss', 'check_pack', 'check_lr_schedule']
