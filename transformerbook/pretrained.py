@@ -175,7 +175,7 @@ def config_from_llama(hf_config, # a `transformers.LlamaConfig`/`Qwen3Config` or
                          f"GPTConfig has one bias switch")
     if d.get("use_sliding_window", False): raise ValueError("use_sliding_window=True is not implemented")
     rope = d.get("rope_scaling") or d.get("rope_parameters")  # transformers 5 keeps θ in rope_parameters
-    theta = d.get("rope_theta") or (rope or {}).get("rope_theta", 10000.0)
+    rope_theta = d.get("rope_theta") or (rope or {}).get("rope_theta", 10000.0)
     scaling = rope if rope and rope.get("rope_type", rope.get("type")) not in (None, "default") else None
     return GPTConfig(vocab_size=d["vocab_size"], context_length=context_length or d["max_position_embeddings"],
                      d_model=d["hidden_size"], n_heads=d["num_attention_heads"], n_layers=d["num_hidden_layers"],
@@ -183,7 +183,7 @@ def config_from_llama(hf_config, # a `transformers.LlamaConfig`/`Qwen3Config` or
                      d_head=d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"], dropout=0.0,
                      bias=bool(d.get("attention_bias", False)), norm="pre", normalization="rms", positional="rotary",
                      activation="swiglu", qk_norm=kind == "qwen3", layer_norm_eps=float(d["rms_norm_eps"]),
-                     tie_weights=bool(d.get("tie_word_embeddings", False)), rope_theta=float(theta),
+                     tie_weights=bool(d.get("tie_word_embeddings", False)), rope_theta=float(rope_theta),
                      rope_scaling=None if scaling is None else {k: v for k, v in scaling.items() if k != "rope_theta"})
 
 # %% ../nbs/pretrained.ipynb #a9ec95d4
