@@ -163,7 +163,8 @@ def random_config(activation: str, heads: str, wide_head: bool, qk_norm: bool, s
                      d_ff=int(rng.integers(5, 40)), activation=activation, qk_norm=qk_norm,
                      positional=str(rng.choice(["learned", "sinusoidal", "rotary"])),
                      normalization=str(rng.choice(["layer", "rms"])), norm=str(rng.choice(["pre", "post"])),
-                     bias=bool(rng.integers(2)), tie_weights=bool(rng.integers(2)), **overrides)
+                     bias=bool(rng.integers(2)), tie_weights=bool(rng.integers(2)), causal=bool(rng.integers(2)),
+                     **overrides)
 
 
 def counted(config: GPTConfig, seq_len: int, training: bool, batch_size: int = 2) -> float:
