@@ -3,7 +3,7 @@ Llama-style model.
 
 Each small random model (4 layers, d_model 128, context 1024) is built in Hugging Face (`GPT2LMHeadModel` with GPT-2's
 vocabulary; `LlamaForCausalLM` with 4 query heads, 2 key/value heads, SwiGLU, RMSNorm and rotary positions, vocabulary
-32,000), saved, and loaded into the book's `GPT` with `pretrained.from_pretrained` / `modern.from_pretrained_llama`,
+32,000), saved, and loaded into the book's `GPT` with `pretrained.from_pretrained` (which reads either kind),
 so both libraries run the same weights. "ours" is that model as loaded (the book's own attention and LayerNorm code);
 "ours, fused" is the same weights with `fused=True` (torch's attention and LayerNorm kernels), which is what inference
 should use. Greedy decoding is timed for 64, 256 and 512 new tokens after a 16-token prompt; every result is printed as
@@ -28,7 +28,6 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from transformers.utils import logging as hf_logging
 
 from transformerbook.lm_head import GPT
-from transformerbook.modern import from_pretrained_llama
 from transformerbook.pretrained import from_pretrained
 from transformerbook.sampling import generate, kv_cache_bytes
 
@@ -59,8 +58,7 @@ def build_models(kind: str, seed: int = 0) -> tuple[torch.nn.Module, GPT, GPT]:
     hf.eval()
     with tempfile.TemporaryDirectory() as folder:
         hf.save_pretrained(folder)
-        ours = (from_pretrained(folder, local_files_only=True) if kind == "gpt2"
-                else from_pretrained_llama(folder, local_files_only=True)).eval()
+        ours = from_pretrained(folder, local_files_only=True).eval()
     fused = GPT(replace(ours.config, fused=True)).eval()
     fused.load_state_dict(ours.state_dict())
     return hf, ours, fused

@@ -24,9 +24,9 @@ from transformerbook.checks.modern import META_CASES
 from transformerbook.data import load_result
 from transformerbook.embeddings import RotaryEmbedding, apply_rotary, rotary_frequencies
 from transformerbook.lm_head import GPT, GPTConfig, gpt2_init
-from transformerbook.modern import config_from_llama, from_pretrained_llama, load_llama_state_dict
-from transformerbook.multihead import MultiHeadAttention
 from transformerbook.masking import causal_mask
+from transformerbook.multihead import MultiHeadAttention
+from transformerbook.pretrained import config_from_llama, from_pretrained, load_llama_state_dict
 from transformerbook.sampling import KVCache, LayerKVCache, generate, kv_cache_bytes
 
 hf_logging.set_verbosity_error()
@@ -229,11 +229,11 @@ def test_loader_reads_a_saved_checkpoint(kind, tie, tmp_path):
     hf = random_hf(kind, tie=tie).float()
     hf.save_pretrained(tmp_path)
     assert (tmp_path / "model.safetensors").exists()
-    ours = from_pretrained_llama(tmp_path, local_files_only=True)
+    ours = from_pretrained(tmp_path, local_files_only=True)
     token_ids = torch.randint(0, 101, (2, 12))
     with torch.no_grad(): torch.testing.assert_close(ours(token_ids), hf(token_ids).logits, atol=1e-5, rtol=1e-5)
     assert ours.config.tie_weights == tie and (ours.lm_head.weight is ours.embeddings.token.weight) == tie
-    short = from_pretrained_llama(tmp_path, context_length=16)
+    short = from_pretrained(tmp_path, context_length=16)
     assert short.config.context_length == 16 and short.rotary.cos.shape == (16, short.config.d_head)
 
 
@@ -254,7 +254,7 @@ def test_loader_and_config_errors_name_the_problem():
     with pytest.raises(ValueError, match="use_sliding_window=True"):
         config_from_llama({**hf.config.to_dict(), "use_sliding_window": True})
     with pytest.raises(OSError, match="is not a local folder"):
-        from_pretrained_llama("/no/such/folder", local_files_only=True)
+        from_pretrained("/no/such/folder", local_files_only=True)
 
 
 def test_gpt2_configs_and_checkpoints_are_unchanged():

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.scale import (ZERO_STAGES, checkpoint_blocks, gpt_n_params, mfu, model_flops_per_token,
@@ -137,18 +138,75 @@ def test_special_tokens_are_split_out_before_bpe_training():
 
 
 # ---------------------------------------------------------------- FLOPs, MFU, memory
-def test_model_flops_per_token_matches_flop_counter():
-    from torch.utils.flop_counter import FlopCounterMode
-    cfg = GPTConfig(vocab_size=37, context_length=12, d_model=24, n_heads=3, n_layers=2)
-    ids = torch.randint(0, 37, (3, 12))
-    with FlopCounterMode(display=False) as counter:
-        torch.nn.functional.cross_entropy(GPT(cfg)(ids).flatten(0, 1), ids.flatten()).backward()
-    assert counter.get_total_flops() == model_flops_per_token(cfg) * ids.numel()
-    with FlopCounterMode(display=False) as counter:
-        with torch.no_grad(): GPT(cfg)(ids[:, :5])
-    assert counter.get_total_flops() == model_flops_per_token(cfg, seq_len=5, training=False) * 15
+# torch's own formulas for the fused attention kernels apply to the CPU's kernel too (FlopCounterMode knows only the
+# GPU ones and would count the CPU's as zero): the forward is QKᵀ and weights·V; the backward of a flash kernel
+# recomputes QKᵀ besides its four gradient products (5 products, 2.5 forwards, where the explicit code takes 4)
+ATEN = torch.ops.aten
+SDPA_ON_CPU = {
+    ATEN._scaled_dot_product_flash_attention_for_cpu:
+        lambda q, k, v, *_, out_shape=None, **__: sdpa_flop_count(q, k, v),
+    ATEN._scaled_dot_product_flash_attention_for_cpu_backward:
+        lambda grad, q, k, v, *_, out_shape=None, **__: sdpa_backward_flop_count(grad, q, k, v)}
+# every combination of the switches that change a matrix product's size
+SWITCHES = list(itertools.product(("gelu_tanh", "relu", "swiglu"), ("mha", "gqa", "mqa"), (False, True), (False, True)))
+
+
+def random_config(activation: str, heads: str, wide_head: bool, qk_norm: bool, seed: int, **overrides) -> GPTConfig:
+    "A small random GPTConfig with these switches, and random choices of those that change no product's size."
+    rng = np.random.default_rng(seed)
+    H = int(rng.choice([2, 4]))
+    KV = {"mha": H, "gqa": H // 2, "mqa": 1}[heads]
+    Dh = 2 * int(rng.integers(2, 5))  # even, for rotary positions
+    D = 2 * int(rng.integers(3, 9)) if wide_head else H * Dh  # d_head ≠ d_model / n_heads, wider or narrower
+    return GPTConfig(vocab_size=int(rng.integers(11, 40)), context_length=int(rng.integers(6, 13)), d_model=D,
+                     n_heads=H, n_kv_heads=KV, d_head=Dh, n_layers=int(rng.integers(1, 3)),
+                     d_ff=int(rng.integers(5, 40)), activation=activation, qk_norm=qk_norm,
+                     positional=str(rng.choice(["learned", "sinusoidal", "rotary"])),
+                     normalization=str(rng.choice(["layer", "rms"])), norm=str(rng.choice(["pre", "post"])),
+                     bias=bool(rng.integers(2)), tie_weights=bool(rng.integers(2)), causal=bool(rng.integers(2)),
+                     **overrides)
+
+
+def counted(config: GPTConfig, seq_len: int, training: bool, batch_size: int = 2) -> float:
+    "FLOPs per token that FlopCounterMode records for the real forward (and backward) of a random GPT(config)."
+    torch.manual_seed(0)
+    model = GPT(config)
+    ids = torch.randint(0, config.vocab_size, (batch_size, seq_len))
+    with FlopCounterMode(display=False, custom_mapping=SDPA_ON_CPU) as counter:
+        logits = model(ids)
+        if training: torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten()).backward()
+    return counter.get_total_flops() / ids.numel()
+
+
+@pytest.mark.parametrize("switches", SWITCHES, ids=lambda s: "-".join(map(str, s)))
+def test_model_flops_per_token_is_exact_for_every_switch(switches):
+    "Forward and training, full and shorter sequences, two random configs of each combination of switches."
+    for seed in range(2):
+        config = random_config(*switches, seed=seed)
+        for seq_len, training in ((config.context_length, True), (config.context_length - 3, False)):
+            assert counted(config, seq_len, training) == model_flops_per_token(config, seq_len, training), config
+
+
+@pytest.mark.parametrize("switches", SWITCHES[::5], ids=lambda s: "-".join(map(str, s)))
+def test_model_flops_per_token_counts_the_fused_kernel(switches):
+    """With `fused=True` (torch's kernel, counted by torch's own formula) the forward is the same count; training
+    adds exactly the QKᵀ product that a flash kernel's backward recomputes, which model FLOPs leave out (PaLM)."""
+    config = random_config(*switches, seed=7, fused=True)
+    T, L, H, Dh = config.context_length, config.n_layers, config.n_heads, config.d_head
+    assert counted(config, T, False) == model_flops_per_token(config, T, training=False)
+    assert counted(config, T, True) == model_flops_per_token(config, T) + L * 2 * T * H * Dh
+
+
+def test_model_flops_per_token_reduces_to_gpt2s_formula_and_refuses_bad_input():
+    "GPT-2's count, 2L(4d² + 2d·d_ff) + 4LTd + 2dV, is the special case; a config and a length are checked."
+    cfg = GPTConfig.gpt2_small()
+    L, D, F, T, V = cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.context_length, cfg.vocab_size
+    assert model_flops_per_token(cfg, training=False) == 2 * L * (4 * D * D + 2 * D * F) + 4 * L * T * D + 2 * D * V
+    assert model_flops_per_token(cfg) == 3 * model_flops_per_token(cfg, training=False)
     with pytest.raises(ValueError, match="seq_len=0"):
         model_flops_per_token(cfg, seq_len=0)
+    with pytest.raises(TypeError, match="model_cfg"):
+        model_flops_per_token({"d_model": 768})
 
 
 def test_sharded_memory_matches_the_zero_paper():

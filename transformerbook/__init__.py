@@ -40,7 +40,7 @@ Modules:
 - `transformerbook.moe`: Replace the feed-forward network with many expert networks and a router that sends each token to only a few of them: more parameters at the same compute per token (notes 19.6; Shazeer et al. 2017; Fedus et al. 2021; Jiang et al. 2024).
 - `transformerbook.multihead`: Several attention heads side by side, each with its own projections, concatenated and mixed by W_O (J&M 10.2).
 - `transformerbook.posttraining`: A chat format with role and end-of-turn tokens, supervised fine-tuning with a loss mask, LoRA and DPO, from scratch on the book's own character model, on a CPU, offline
-- `transformerbook.pretrained`: Hugging Face GPT-2 checkpoints in the book's GPT: the configuration map, the tensor map, and reading a checkpoint folder.
+- `transformerbook.pretrained`: Hugging Face checkpoints in the book's GPT, GPT-2's and Llama's or Qwen3's: the configuration maps, the tensor maps, reading a checkpoint folder, and one `from_pretrained` for all of them.
 - `transformerbook.recipes`: The settings of a training run (`TrainConfig`), how they adapt to a short run, the book's named recipes on TinyShakespeare (nanoGPT's baby GPT and its GPU model), and the losses each recipe reaches over several seeds. A companion page of chapter 8, "Training a GPT", which trains with them.
 - `transformerbook.sampling`: Decoding methods (greedy, random, top-k, top-p, temperature), a batched `generate` with a KV cache, and language models as task solvers (J&M 10.7–10.8).
 - `transformerbook.scale`: Where a training step's time goes and how to make it go further: tokens/s and MFU, mixed precision, `torch.compile`, gradient accumulation, data parallelism with torchrun, sharded optimizer states, and whether a loss curve is normal.

@@ -1,11 +1,12 @@
 """RMSNorm, rotary positions, SwiGLU, grouped-query attention and QK-norm: the five changes between GPT-2 and Llama 3 or Qwen3, each from its paper, each checked against Hugging Face, and all of them as switches of one GPT.
 
-**In the package** (`transformerbook.modern`): `config_from_llama(hf_config)` maps a Hugging Face Llama or Qwen3
-configuration (the model types in `LLAMA_FAMILY`) onto `GPTConfig`'s switches; `load_llama_state_dict(model,
-state_dict)` copies a `LlamaForCausalLM`/`Qwen3ForCausalLM` state dict into the book's `GPT`, and
-`from_pretrained_llama(folder)` loads a saved checkpoint (safetensors, Hugging Face names). The pieces themselves
-live in the chapters they extend: `blocks.RMSNorm` and `blocks.SwiGLUFeedForward` (chapter 4),
-`embeddings.RotaryEmbedding` (chapter 5), `n_kv_heads` and `qk_norm` of `multihead.MultiHeadAttention` (chapter 3).
+**In the package** (`transformerbook.modern`): nothing of its own any more. The pieces live in the chapters they
+extend: `blocks.RMSNorm` and `blocks.SwiGLUFeedForward` (chapter 4), `embeddings.RotaryEmbedding` (chapter 5),
+`n_kv_heads` and `qk_norm` of `multihead.MultiHeadAttention` (chapter 3), the switches of `lm_head.GPTConfig`
+(chapter 6). Loading Llama and Qwen3 checkpoints lives with GPT-2's in `transformerbook.pretrained`
+(`config_from_llama`, `load_llama_state_dict`, and `from_pretrained` for every kind); their old names here,
+`modern.config_from_llama`, `modern.load_llama_state_dict`, `modern.from_pretrained_llama` and `modern.LLAMA_FAMILY`,
+still import, with a `DeprecationWarning`.
 
 Docs: https://transformerbook.github.io/transformerbook/modern.html.md"""
 
@@ -14,93 +15,19 @@ Docs: https://transformerbook.github.io/transformerbook/modern.html.md"""
 # %% ../nbs/12_modern.ipynb #2ac9c3a2
 from __future__ import annotations
 
-import os
-
-from torch import Tensor
-
-from .lm_head import GPT, GPTConfig
-from .pretrained import checkpoint_folder, copy_state, read_hf_config, read_state_dict, take_tensor
-from .validation import check_choice
+import warnings
 
 # %% auto #0
-__all__ = ['LLAMA_FAMILY', 'config_from_llama', 'load_llama_state_dict', 'from_pretrained_llama']
+__all__ = []
 
-# %% ../nbs/12_modern.ipynb #f28ad665
-LLAMA_FAMILY = ("llama", "qwen3")  # Hugging Face model_type values that map onto GPTConfig's switches
+# %% ../nbs/12_modern.ipynb #9b3e7c01
+_MOVED = {"LLAMA_FAMILY": "LLAMA_FAMILY", "config_from_llama": "config_from_llama",
+          "load_llama_state_dict": "load_llama_state_dict", "from_pretrained_llama": "from_pretrained"}
 
-def config_from_llama(hf_config, # a `transformers.LlamaConfig`/`Qwen3Config` or its `to_dict()`
-                      context_length: int | None = None, # override max_position_embeddings (a shorter rotary table)
-                     ) -> GPTConfig:
-    """Map a Hugging Face Llama or Qwen3 config onto `GPTConfig`: RMSNorm, rotary positions (with Llama 3's frequency
-    scaling), SwiGLU, n_kv_heads key/value heads, and for Qwen3 QK-norm and an explicit d_head. Raises `ValueError`
-    naming the field for another model_type or an option the book's model does not implement."""
-    d = dict(hf_config if isinstance(hf_config, dict) else hf_config.to_dict())
-    kind = d.get("model_type")
-    check_choice("model_type", kind, LLAMA_FAMILY)
-    if d.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"hidden_act={d['hidden_act']!r}: only 'silu' (SwiGLU) maps")
-    if d.get("attention_bias", False) != d.get("mlp_bias", False):
-        raise ValueError(f"attention_bias={d.get('attention_bias')} and mlp_bias={d.get('mlp_bias')} differ; "
-                         f"GPTConfig has one bias switch")
-    if d.get("use_sliding_window", False): raise ValueError("use_sliding_window=True is not implemented")
-    rope = d.get("rope_scaling") or d.get("rope_parameters")  # transformers 5 keeps θ in rope_parameters
-    theta = d.get("rope_theta") or (rope or {}).get("rope_theta", 10000.0)
-    scaling = rope if rope and rope.get("rope_type", rope.get("type")) not in (None, "default") else None
-    return GPTConfig(vocab_size=d["vocab_size"], context_length=context_length or d["max_position_embeddings"],
-                     d_model=d["hidden_size"], n_heads=d["num_attention_heads"], n_layers=d["num_hidden_layers"],
-                     d_ff=d["intermediate_size"], n_kv_heads=d.get("num_key_value_heads") or d["num_attention_heads"],
-                     d_head=d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"], dropout=0.0,
-                     bias=bool(d.get("attention_bias", False)), norm="pre", normalization="rms", positional="rotary",
-                     activation="swiglu", qk_norm=kind == "qwen3", layer_norm_eps=float(d["rms_norm_eps"]),
-                     tie_weights=bool(d.get("tie_word_embeddings", False)), rope_theta=float(theta),
-                     rope_scaling=None if scaling is None else {k: v for k, v in scaling.items() if k != "rope_theta"})
-
-# %% ../nbs/12_modern.ipynb #a9ec95d4
-def load_llama_state_dict(model: GPT, # a Llama/Qwen3-style GPT (e.g. GPT(config_from_llama(...)))
-                          state_dict: dict[str, Tensor], # a `LlamaForCausalLM`/`Qwen3ForCausalLM` state dict
-                         ) -> GPT: # the same model, every parameter overwritten
-    """Copy Hugging Face Llama/Qwen3 weights into `model` by the renaming table above (no transposes, no permutation).
-    Raises `ValueError` naming a missing, misshapen or surplus tensor, or a model without the Llama switches."""
-    c = model.config
-    _check_llama_shaped(c)
-    sd = {k.removeprefix("model."): v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
-    D, F, V, H, KV, Dh = c.d_model, c.d_ff, c.vocab_size, c.n_heads, c.n_kv_heads, c.d_head
-    take = lambda name, shape: take_tensor(sd, name, shape)
-    new = {"embeddings.token.weight": take("embed_tokens.weight", (V, D)), "ln_f.weight": take("norm.weight", (D,))}
-    attention = {"q_proj": (H * Dh, D), "k_proj": (KV * Dh, D), "v_proj": (KV * Dh, D), "o_proj": (D, H * Dh)}
-    for i in range(c.n_layers):
-        h, b = f"layers.{i}.", f"blocks.{i}."
-        new[b + "ln_1.weight"] = take(h + "input_layernorm.weight", (D,))
-        new[b + "ln_2.weight"] = take(h + "post_attention_layernorm.weight", (D,))
-        for theirs, shape in attention.items():
-            ours = "out_proj" if theirs == "o_proj" else theirs
-            new[f"{b}attn.{ours}.weight"] = take(f"{h}self_attn.{theirs}.weight", shape)
-            if c.bias: new[f"{b}attn.{ours}.bias"] = take(f"{h}self_attn.{theirs}.bias", (shape[0],))
-        if c.qk_norm:
-            for n in ("q_norm", "k_norm"): new[f"{b}attn.{n}.weight"] = take(f"{h}self_attn.{n}.weight", (Dh,))
-        for theirs, ours, shape in (("gate_proj", "w1", (F, D)), ("up_proj", "w3", (F, D)),
-                                    ("down_proj", "w2", (D, F))):
-            new[f"{b}mlp.{ours}.weight"] = take(f"{h}mlp.{theirs}.weight", shape)
-            if c.bias: new[f"{b}mlp.{ours}.bias"] = take(f"{h}mlp.{theirs}.bias", (shape[0],))
-    if c.tie_weights: sd.pop("lm_head.weight", None)  # a tied checkpoint may store the shared matrix twice
-    else: new["lm_head.weight"] = take("lm_head.weight", (V, D))
-    return copy_state(model, new, sd)
-
-# %% ../nbs/12_modern.ipynb #c0d860c3
-def _check_llama_shaped(c: GPTConfig) -> None:
-    "`ValueError` unless the configuration has the Llama switches (RMSNorm, rotary positions, SwiGLU)."
-    if (c.normalization, c.positional, c.activation) != ("rms", "rotary", "swiglu"):
-        raise ValueError(f"Llama weights need normalization='rms', positional='rotary', activation='swiglu'; got "
-                         f"{c.normalization!r}, {c.positional!r}, {c.activation!r}")
-
-# %% ../nbs/12_modern.ipynb #fec6f864
-def from_pretrained_llama(name_or_path: str | os.PathLike, # a save_pretrained folder or a Hub name
-                          local_files_only: bool = False, # never use the network
-                          context_length: int | None = None, # a shorter rotary table than the checkpoint's
-                         ) -> GPT: # in eval mode, in the checkpoint's dtype
-    """Load a Hugging Face Llama or Qwen3 checkpoint (safetensors, Hugging Face names) into the book's `GPT`.
-    Raises `OSError` if the files cannot be found, `ValueError` if the config or a tensor does not map."""
-    folder = checkpoint_folder(name_or_path, local_files_only)
-    sd = read_state_dict(folder)
-    model = GPT(config_from_llama(read_hf_config(folder), context_length=context_length))
-    return load_llama_state_dict(model.to(next(iter(sd.values())).dtype), sd).eval()
+def __getattr__(name: str):
+    "The Hugging Face loaders that moved to `transformerbook.pretrained` still import from here, with a warning."
+    if name not in _MOVED: raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"transformerbook.modern.{name} is deprecated: use transformerbook.pretrained.{_MOVED[name]}",
+                  DeprecationWarning, stacklevel=2)
+    from transformerbook import pretrained  # an earlier chapter's module, imported when an old name is used
+    return getattr(pretrained, _MOVED[name])

@@ -1,11 +1,16 @@
-"""Hugging Face GPT-2 checkpoints in the book's GPT: the configuration map, the tensor map, and reading a checkpoint folder.
+"""Hugging Face checkpoints in the book's GPT, GPT-2's and Llama's or Qwen3's: the configuration maps, the tensor maps, reading a checkpoint folder, and one `from_pretrained` for all of them.
 
-**In the package** (`transformerbook.pretrained`): `config_from_hf(hf_config)` maps a Hugging Face `GPT2Config` onto
-`GPTConfig`; `load_hf_state_dict(model, state_dict)` copies a `GPT2LMHeadModel` state dict into a `GPT`, with the
-helpers `take_tensor` (one tensor, shape-checked) and `copy_state` (every parameter, refusing surplus tensors);
-`checkpoint_folder(name_or_path)`, `read_state_dict(folder)` and `read_hf_config(folder)` find and read a checkpoint
-(safetensors, sharded or not, or pytorch_model.bin); `from_pretrained(name_or_path)` does it all. The model's
-module (`lm_head`, chapter 6) never imports this one: the arrows between modules point to earlier chapters only. Chapter 6 explains the maps; chapter 12 adds Llama and Qwen3 on these helpers.
+**In the package** (`transformerbook.pretrained`), every Hugging Face map of the book, in pairs:
+`config_from_gpt2(hf_config)` and `config_from_llama(hf_config)` map a `GPT2Config`, or a Llama or Qwen3 configuration
+(the model types in `LLAMA_FAMILY`), onto `GPTConfig`; `load_gpt2_state_dict(model, state_dict)` and
+`load_llama_state_dict(model, state_dict)` copy a `GPT2LMHeadModel`'s, or a `LlamaForCausalLM`'s/`Qwen3ForCausalLM`'s,
+tensors into a `GPT`, with the helpers `take_tensor` (one tensor, shape-checked) and `copy_state` (every parameter,
+refusing surplus tensors); `checkpoint_folder(name_or_path)`, `read_state_dict(folder)` and `read_hf_config(folder)`
+find and read a checkpoint (safetensors, sharded or not, or pytorch_model.bin); `from_pretrained(name_or_path)` does
+it all, choosing the pair by the checkpoint's `model_type`. The old names `config_from_hf` and `load_hf_state_dict`
+(GPT-2's) are deprecated aliases, as are `modern.config_from_llama`, `modern.load_llama_state_dict` and
+`modern.from_pretrained_llama`. The model's module (`lm_head`, chapter 6) never imports this one: the arrows between
+modules point to earlier chapters only. Chapter 6 explains GPT-2's maps, chapter 12 Llama's and Qwen3's.
 
 Docs: https://transformerbook.github.io/transformerbook/pretrained.html.md"""
 
@@ -17,32 +22,34 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from .lm_head import GPT, GPTConfig
+from .validation import check_choice
 
 # %% auto #0
-__all__ = ['config_from_hf', 'take_tensor', 'copy_state', 'load_hf_state_dict', 'checkpoint_folder', 'read_state_dict',
-           'read_hf_config', 'from_pretrained']
+__all__ = ['LLAMA_FAMILY', 'config_from_gpt2', 'take_tensor', 'copy_state', 'load_gpt2_state_dict', 'config_from_llama',
+           'load_llama_state_dict', 'checkpoint_folder', 'read_state_dict', 'read_hf_config', 'from_pretrained']
 
 # %% ../nbs/pretrained.ipynb #143d1302
 _HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 _HF_UNSUPPORTED = {"scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
                    "add_cross_attention": False, "scale_attn_weights": True}  # field -> the only value we support
 
-def config_from_hf(hf_config, # a `transformers.GPT2Config` or its `to_dict()`
-                  ) -> GPTConfig:
+def config_from_gpt2(hf_config, # a `transformers.GPT2Config` or its `to_dict()`
+                    ) -> GPTConfig:
     """Map a Hugging Face `GPT2Config` onto `GPTConfig` (dropout 0, for inference).
 
     Raises `ValueError` naming the field if the config is not GPT-2's, uses an option our model does not
     implement, or has values `GPTConfig` rejects."""
     d = dict(hf_config if isinstance(hf_config, dict) else hf_config.to_dict())
     if d.get("model_type", "gpt2") != "gpt2":
-        raise ValueError(f"model_type={d['model_type']!r}: only GPT-2 ('gpt2') configs map onto GPTConfig here "
-                         f"(Llama and Qwen3: transformerbook.modern.config_from_llama)")
+        raise ValueError(f"model_type={d['model_type']!r}: config_from_gpt2 maps GPT-2 ('gpt2') configs only "
+                         f"(Llama and Qwen3: config_from_llama)")
     for field, ok in _HF_UNSUPPORTED.items():
         if d.get(field, ok) != ok:
             raise ValueError(f"{field}={d[field]!r} is not supported by GPT (only {field}={ok} maps onto GPTConfig)")
@@ -117,9 +124,9 @@ def _gpt2_block(take, # take(name, shape) -> the checkpoint's tensor, shape-chec
     return new
 
 # %% ../nbs/pretrained.ipynb #13bf1e1f
-def load_hf_state_dict(model: GPT, # a GPT-2-shaped GPT (pre-norm, learned positions, biases)
-                       state_dict: dict[str, Tensor], # a `GPT2LMHeadModel` (or `GPT2Model`) state dict
-                      ) -> GPT: # the same model, with every parameter overwritten
+def load_gpt2_state_dict(model: GPT, # a GPT-2-shaped GPT (pre-norm, learned positions, biases)
+                         state_dict: dict[str, Tensor], # a `GPT2LMHeadModel` (or `GPT2Model`) state dict
+                        ) -> GPT: # the same model, with every parameter overwritten
     """Copy Hugging Face GPT-2 weights into `model`, transposing `Conv1D` weights (in, out) -> (out, in) and
     splitting `c_attn` into q/k/v. Raises `ValueError` naming the tensor if one is missing, surplus or misshapen,
     and if the model is not GPT-2-shaped."""
@@ -148,6 +155,74 @@ def _check_gpt2_shaped(c: GPTConfig) -> None:
         raise ValueError(f"GPT-2 weights need norm='pre', positional='learned', bias=True, normalization='layer' and "
                          f"a GELU feed-forward; got norm={c.norm!r}, positional={c.positional!r}, bias={c.bias}, "
                          f"normalization={c.normalization!r}, activation={c.activation!r}")
+
+# %% ../nbs/pretrained.ipynb #f28ad665
+LLAMA_FAMILY = ("llama", "qwen3")  # Hugging Face model_type values that map onto GPTConfig's switches
+
+def config_from_llama(hf_config, # a `transformers.LlamaConfig`/`Qwen3Config` or its `to_dict()`
+                      context_length: int | None = None, # override max_position_embeddings (a shorter rotary table)
+                     ) -> GPTConfig:
+    """Map a Hugging Face Llama or Qwen3 config onto `GPTConfig`: RMSNorm, rotary positions (with Llama 3's frequency
+    scaling), SwiGLU, n_kv_heads key/value heads, and for Qwen3 QK-norm and an explicit d_head. Raises `ValueError`
+    naming the field for another model_type or an option the book's model does not implement."""
+    d = dict(hf_config if isinstance(hf_config, dict) else hf_config.to_dict())
+    kind = d.get("model_type")
+    check_choice("model_type", kind, LLAMA_FAMILY)
+    if d.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act={d['hidden_act']!r}: only 'silu' (SwiGLU) maps")
+    if d.get("attention_bias", False) != d.get("mlp_bias", False):
+        raise ValueError(f"attention_bias={d.get('attention_bias')} and mlp_bias={d.get('mlp_bias')} differ; "
+                         f"GPTConfig has one bias switch")
+    if d.get("use_sliding_window", False): raise ValueError("use_sliding_window=True is not implemented")
+    rope = d.get("rope_scaling") or d.get("rope_parameters")  # transformers 5 keeps θ in rope_parameters
+    rope_theta = d.get("rope_theta") or (rope or {}).get("rope_theta", 10000.0)
+    scaling = rope if rope and rope.get("rope_type", rope.get("type")) not in (None, "default") else None
+    return GPTConfig(vocab_size=d["vocab_size"], context_length=context_length or d["max_position_embeddings"],
+                     d_model=d["hidden_size"], n_heads=d["num_attention_heads"], n_layers=d["num_hidden_layers"],
+                     d_ff=d["intermediate_size"], n_kv_heads=d.get("num_key_value_heads") or d["num_attention_heads"],
+                     d_head=d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"], dropout=0.0,
+                     bias=bool(d.get("attention_bias", False)), norm="pre", normalization="rms", positional="rotary",
+                     activation="swiglu", qk_norm=kind == "qwen3", layer_norm_eps=float(d["rms_norm_eps"]),
+                     tie_weights=bool(d.get("tie_word_embeddings", False)), rope_theta=float(rope_theta),
+                     rope_scaling=None if scaling is None else {k: v for k, v in scaling.items() if k != "rope_theta"})
+
+# %% ../nbs/pretrained.ipynb #a9ec95d4
+def load_llama_state_dict(model: GPT, # a Llama/Qwen3-style GPT (e.g. GPT(config_from_llama(...)))
+                          state_dict: dict[str, Tensor], # a `LlamaForCausalLM`/`Qwen3ForCausalLM` state dict
+                         ) -> GPT: # the same model, every parameter overwritten
+    """Copy Hugging Face Llama/Qwen3 weights into `model` by the renaming table above (no transposes, no permutation).
+    Raises `ValueError` naming a missing, misshapen or surplus tensor, or a model without the Llama switches."""
+    c = model.config
+    _check_llama_shaped(c)
+    sd = {k.removeprefix("model."): v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
+    D, F, V, H, KV, Dh = c.d_model, c.d_ff, c.vocab_size, c.n_heads, c.n_kv_heads, c.d_head
+    take = lambda name, shape: take_tensor(sd, name, shape)
+    new = {"embeddings.token.weight": take("embed_tokens.weight", (V, D)), "ln_f.weight": take("norm.weight", (D,))}
+    attention = {"q_proj": (H * Dh, D), "k_proj": (KV * Dh, D), "v_proj": (KV * Dh, D), "o_proj": (D, H * Dh)}
+    for i in range(c.n_layers):
+        h, b = f"layers.{i}.", f"blocks.{i}."
+        new[b + "ln_1.weight"] = take(h + "input_layernorm.weight", (D,))
+        new[b + "ln_2.weight"] = take(h + "post_attention_layernorm.weight", (D,))
+        for theirs, shape in attention.items():
+            ours = "out_proj" if theirs == "o_proj" else theirs
+            new[f"{b}attn.{ours}.weight"] = take(f"{h}self_attn.{theirs}.weight", shape)
+            if c.bias: new[f"{b}attn.{ours}.bias"] = take(f"{h}self_attn.{theirs}.bias", (shape[0],))
+        if c.qk_norm:
+            for n in ("q_norm", "k_norm"): new[f"{b}attn.{n}.weight"] = take(f"{h}self_attn.{n}.weight", (Dh,))
+        for theirs, ours, shape in (("gate_proj", "w1", (F, D)), ("up_proj", "w3", (F, D)),
+                                    ("down_proj", "w2", (D, F))):
+            new[f"{b}mlp.{ours}.weight"] = take(f"{h}mlp.{theirs}.weight", shape)
+            if c.bias: new[f"{b}mlp.{ours}.bias"] = take(f"{h}mlp.{theirs}.bias", (shape[0],))
+    if c.tie_weights: sd.pop("lm_head.weight", None)  # a tied checkpoint may store the shared matrix twice
+    else: new["lm_head.weight"] = take("lm_head.weight", (V, D))
+    return copy_state(model, new, sd)
+
+# %% ../nbs/pretrained.ipynb #c0d860c3
+def _check_llama_shaped(c: GPTConfig) -> None:
+    "`ValueError` unless the configuration has the Llama switches (RMSNorm, rotary positions, SwiGLU)."
+    if (c.normalization, c.positional, c.activation) != ("rms", "rotary", "swiglu"):
+        raise ValueError(f"Llama weights need normalization='rms', positional='rotary', activation='swiglu'; got "
+                         f"{c.normalization!r}, {c.positional!r}, {c.activation!r}")
 
 # %% ../nbs/pretrained.ipynb #22f28ed4
 def checkpoint_folder(name_or_path: str | os.PathLike, # a local folder, or a Hub model name
@@ -190,13 +265,40 @@ def read_hf_config(folder: Path) -> dict:
     return AutoConfig.from_pretrained(folder).to_dict()
 
 # %% ../nbs/pretrained.ipynb #b15fec51
+_HF_MAPS = {"gpt2": (config_from_gpt2, load_gpt2_state_dict),  # model_type -> (configuration map, tensor map)
+            **{kind: (config_from_llama, load_llama_state_dict) for kind in LLAMA_FAMILY}}
+
 def from_pretrained(
-    name_or_path: str | os.PathLike, # a Hub model name ("gpt2", "gpt2-medium", ...) or a save_pretrained folder
+    name_or_path: str | os.PathLike, # a Hub model name ("gpt2", "Qwen/Qwen3-0.6B", ...) or a save_pretrained folder
     local_files_only: bool = False, # never use the network; only a local folder or the HF cache
-) -> GPT: # in eval mode, dropout 0
-    """Load Hugging Face GPT-2 weights into the book's `GPT` (config via `config_from_hf`, tensors via
-    `load_hf_state_dict`), nanoGPT's `GPT.from_pretrained`. Raises `OSError` if the files cannot be found or
-    fetched, `ValueError` if the config or a tensor does not map."""
+    context_length: int | None = None, # Llama and Qwen3 only: a shorter rotary table than the checkpoint's
+) -> GPT: # in eval mode, dropout 0, in the checkpoint's floating-point dtype
+    """Load a Hugging Face GPT-2, Llama or Qwen3 checkpoint into the book's `GPT` (nanoGPT's `GPT.from_pretrained`),
+    with the pair of maps its `model_type` names: `config_from_gpt2` and `load_gpt2_state_dict`, or
+    `config_from_llama` and `load_llama_state_dict`. Raises `OSError` if the files cannot be found or fetched,
+    `ValueError` for another model_type, or a config or tensor that does not map."""
     folder = checkpoint_folder(name_or_path, local_files_only)
-    model = GPT(config_from_hf(read_hf_config(folder)))
-    return load_hf_state_dict(model, read_state_dict(folder)).eval()
+    hf_config = read_hf_config(folder)
+    kind = hf_config.get("model_type")
+    check_choice("model_type", kind, tuple(_HF_MAPS))
+    if context_length is not None and kind == "gpt2":
+        raise ValueError(f"context_length={context_length} is for rotary models (Llama, Qwen3); GPT-2's learned "
+                         f"position table has its n_positions={hf_config['n_positions']} rows")
+    config_from, load_state_dict = _HF_MAPS[kind]
+    config = config_from(hf_config, **({} if context_length is None else {"context_length": context_length}))
+    state_dict = read_state_dict(folder)
+    dtype = next(t.dtype for t in state_dict.values() if t.is_floating_point())
+    return load_state_dict(GPT(config).to(dtype), state_dict).eval()
+
+# %% ../nbs/pretrained.ipynb #3c5e9a06
+def config_from_hf(hf_config) -> GPTConfig:
+    "Deprecated: `config_from_gpt2` (the name says which configurations it maps)."
+    warnings.warn("transformerbook.pretrained.config_from_hf is deprecated: call config_from_gpt2",
+                  DeprecationWarning, stacklevel=2)
+    return config_from_gpt2(hf_config)
+
+def load_hf_state_dict(model: GPT, state_dict: dict[str, Tensor]) -> GPT:
+    "Deprecated: `load_gpt2_state_dict` (the name says which checkpoints it reads)."
+    warnings.warn("transformerbook.pretrained.load_hf_state_dict is deprecated: call load_gpt2_state_dict",
+                  DeprecationWarning, stacklevel=2)
+    return load_gpt2_state_dict(model, state_dict)

@@ -3,7 +3,9 @@
 loss curve is normal.
 
 **In the package** (`transformerbook.scale`): `model_flops_per_token(model_cfg)` counts the matrix-multiply FLOPs
-of one token's forward and backward pass (6N plus attention), `matmul_peak_flops()` measures what this machine's
+of one token's forward and backward pass through `GPT(model_cfg)`, exactly, for every switch of `GPTConfig` (GPT-2's
+and chapter 12's: SwiGLU, grouped-query heads, `d_head`, QK-norm, rotary positions); it is the book's one count of
+FLOPs per token, which chapter 9's scaling laws use too. `matmul_peak_flops()` measures what this machine's
 matrix multiply reaches, and `mfu(tokens_per_s, flops_per_token, peak_flops)` is model FLOPs utilisation.
 `sharded_memory(n_params, n_gpus, stage)` is the memory per GPU of mixed-precision Adam under plain data parallelism
 and the three ZeRO stages (`ZERO_STAGES`; stage 3 is PyTorch's FSDP); chapter 6's `GPT.n_params` on the meta device
@@ -36,17 +38,24 @@ __all__ = ['ZERO_STAGES', 'model_flops_per_token', 'matmul_peak_flops', 'mfu', '
            'saved_activation_bytes']
 
 # %% ../nbs/08b_scale.ipynb #091f2bfa
-def model_flops_per_token(model_cfg: GPTConfig, # the model; n_layers, d_model, d_ff, vocab_size are used
+def model_flops_per_token(model_cfg: GPTConfig, # the model, with any of its switches
                           seq_len: int | None = None, # T, tokens per sequence; default model_cfg.context_length
                           training: bool = True, # forward + backward (3x the forward), or the forward alone
                          ) -> int: # matrix-multiply FLOPs per token
-    """Matrix-multiply FLOPs per token of `GPT(model_cfg)`: 2·n_layers·(4d² + 2·d·d_ff) for the weights,
-    4·n_layers·T·d for attention and 2·d·V for the LM head, times 3 for training (Kaplan et al. 2020, Table 1, made
-    exact). Element-wise work (softmax, GELU, LayerNorm, AdamW) is not counted. `ValueError` for seq_len < 1."""
+    """Matrix-multiply FLOPs per token of `GPT(model_cfg)` on (B, seq_len) token ids, as `FlopCounterMode` counts
+    them, for every switch (Kaplan et al. 2020, Table 1, made exact): the q, k, v and output projections, QKᵀ and
+    weights·V over the full T × T square, the feed-forward's 2 matrices (3 for SwiGLU) and the LM head; times 3 for
+    training. Element-wise work (norms, rotations, softmax, activations) is not counted. `TypeError` for a config
+    that is not a `GPTConfig`, `ValueError` for seq_len < 1."""
+    check_instance("model_cfg", model_cfg, GPTConfig)
     T = model_cfg.context_length if seq_len is None else seq_len
     check_positive_int("seq_len", T)
-    D, F_, L = model_cfg.d_model, model_cfg.d_ff, model_cfg.n_layers
-    forward = 2 * L * (4 * D * D + 2 * D * F_) + 4 * L * T * D + 2 * D * model_cfg.vocab_size
+    D, F_, V = model_cfg.d_model, model_cfg.d_ff, model_cfg.vocab_size
+    H, KV, Dh = model_cfg.n_heads, model_cfg.n_kv_heads, model_cfg.d_head
+    projections = 2 * D * (H + 2 * KV) * Dh + 2 * H * Dh * D  # q_proj, k_proj, v_proj, out_proj
+    attention = 2 * 2 * T * H * Dh  # (T, Dh) x (Dh, T) scores, then (T, T) x (T, Dh), per query head
+    feed_forward = 2 * (3 if model_cfg.activation == "swiglu" else 2) * D * F_  # gate, up, down / fc, proj
+    forward = model_cfg.n_layers * (projections + attention + feed_forward) + 2 * D * V  # + the LM head
     return 3 * forward if training else forward
 
 # %% ../nbs/08b_scale.ipynb #dfe764b0

@@ -6,8 +6,9 @@ one family, each with one owner: a built model counts itself (`GPT.n_params`, ch
 here (tested equal to the model over random configurations), Kaplan's 12·n_layers·d_model² is the approximation
 `lm_head.approx_non_embedding_params`, and `moe.count_moe_params` adds experts to `count_params`.
 `flops_per_token(n_params, n_layers, context_length, d_model, training=False)` is Kaplan's estimate of FLOPs per
-token (2N + 2·n_layers·context_length·d_model forward, 3× that for training) and `exact_flops_per_token(config)` the
-exact count of the matrix-multiply FLOPs our `GPT` performs per token, as `torch.utils.flop_counter` measures them;
+token (2N + 2·n_layers·context_length·d_model forward, 3× that for training); the exact count of the matrix-multiply
+FLOPs our `GPT` performs per token, for every switch, is chapter 8b's `scale.model_flops_per_token(config)` (the one
+owner of that count; `exact_flops_per_token`, its old name here, is deprecated).
 `training_flops(n_params, n_tokens)` is C ≈ 6ND in FLOPs (notes eq. 19.15). `power_law(x, x_c, alpha)` evaluates
 L = (x_c / x)^alpha (J&M eqs. 10.52-10.54; Kaplan's constants in `KAPLAN_2020`, compute in PF-days of
 `PF_DAY_FLOPS`), and `ChinchillaLaw(E, A, B, alpha, beta)` is L(N, D) = E + A/N^alpha + B/D^beta (notes
@@ -15,7 +16,8 @@ eq. 19.17) with `.loss(n_params, n_tokens)` in nats per token and `.compute_opti
 loss-minimising (n_params, n_tokens) for a budget; `HOFFMANN_2022` and `BESIROGLU_2024` hold published fits.
 `fit_power_law(x, losses)` returns (x_c, alpha) by least squares in log-log space and `fit_chinchilla(n_params,
 n_tokens, losses)` a `ChinchillaLaw` by Hoffmann et al.'s Huber fit of log-losses. `scaling_run(model_cfg,
-train_cfg)` trains one GPT on character-level TinyShakespeare (cached) and returns its N, D, C and losses.
+train_cfg)` trains one GPT on character-level TinyShakespeare (cached) and returns its N, D, its exact training
+FLOPs C and its losses.
 
 Docs: https://transformerbook.github.io/transformerbook/scaling.html.md"""
 
@@ -25,20 +27,22 @@ Docs: https://transformerbook.github.io/transformerbook/scaling.html.md"""
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from .lm_head import GPTConfig
+from .scale import model_flops_per_token
 from .training import TrainConfig, cached_run, load_checkpoint
-from .validation import check_in_interval, check_instance, check_positive_int, check_positive_ints
+from .validation import check_in_interval, check_instance, check_positive_ints
 from .validation import check_positive_number, is_number
 
 # %% auto #0
 __all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CHINCHILLA_INITS', 'count_params',
-           'flops_per_token', 'exact_flops_per_token', 'training_flops', 'power_law', 'ChinchillaLaw', 'fit_power_law',
-           'fit_chinchilla', 'scaling_run']
+           'flops_per_token', 'training_flops', 'power_law', 'ChinchillaLaw', 'fit_power_law', 'fit_chinchilla',
+           'scaling_run']
 
 # %% ../nbs/09_scaling.ipynb #e51760e4
 def count_params(config: GPTConfig, # any GPTConfig; the model is never built
@@ -77,20 +81,12 @@ def flops_per_token(n_params: int | float, # N, non-embedding parameters
     return float(3 * forward if training else forward)
 
 # %% ../nbs/09_scaling.ipynb #a175bdd8
-def exact_flops_per_token(config: GPTConfig, # the model; n_layers, d_model, d_ff, vocab_size are used
-                          seq_len: int | None = None, # T, tokens per sequence; default config.context_length
-                          training: bool = False, # forward + backward, exactly 3x the forward matmuls
-                         ) -> int: # matrix-multiply FLOPs per token
-    """Matrix-multiply FLOPs per token of `GPT(config)` on (B, seq_len) token ids, as `FlopCounterMode` counts them
-    (with `fused=False`): 2·n_layers·(4d² + 2·d·d_ff) for the weights + 4·n_layers·T·d for QKᵀ and weights·V + 2·d·V
-    for the LM head (Kaplan et al. 2020 Table 1, made exact). Element-wise operations (softmax, GELU, LayerNorm) are not
-    counted. Raises `TypeError`/`ValueError` naming the bad argument."""
-    check_instance("config", config, GPTConfig)
-    T = config.context_length if seq_len is None else seq_len
-    check_positive_int("seq_len", T)
-    D, F, L = config.d_model, config.d_ff, config.n_layers
-    forward = 2 * L * (4 * D * D + 2 * D * F) + 4 * L * T * D + 2 * D * config.vocab_size
-    return 3 * forward if training else forward
+def exact_flops_per_token(config: GPTConfig, seq_len: int | None = None, training: bool = False) -> int:
+    "Deprecated: chapter 8b's `scale.model_flops_per_token` (note its default, training=True), exact for every switch."
+    warnings.warn("transformerbook.scaling.exact_flops_per_token is deprecated: call "
+                  "transformerbook.scale.model_flops_per_token(config, seq_len, training=False)", DeprecationWarning,
+                  stacklevel=2)
+    return model_flops_per_token(config, seq_len, training)
 
 # %% ../nbs/09_scaling.ipynb #98a64f48
 def training_flops(n_params: int | float, # N, parameters (non-embedding, as in the scaling laws)
@@ -255,11 +251,12 @@ def fit_chinchilla(n_params, # (n,) N of each run, positive
 def scaling_run(model_cfg: GPTConfig, # the model; vocab_size must be the character vocabulary's (65)
                 train_cfg: TrainConfig, # fixes D = max_iters * batch_size * context_length
                 progress: bool = False, # show training's progress bar
-               ) -> dict: # n_params (N), n_tokens (D), flops (6ND), train_loss and val_loss (nats/token)
-    """Train `GPT(model_cfg)` on character-level TinyShakespeare with the book's `train` and report N, D, C and the
-    final losses. Cached like `shakespeare_model`: a checkpoint under `cache_dir()/models/scaling-<hash of the configs
-    and code version>`, so a second call only reads it (and an interrupted run resumes). Raises `TypeError` for configs
-    of the wrong type, `ValueError` for a vocabulary size other than the data's."""
+               ) -> dict: # n_params (N), n_tokens (D), flops (C, exact), train_loss and val_loss (nats/token)
+    """Train `GPT(model_cfg)` on character-level TinyShakespeare with the book's `train` and report N, D, C (the
+    run's matrix-multiply FLOPs, `scale.model_flops_per_token` × D) and the final losses. Cached like
+    `shakespeare_model`: a checkpoint under `cache_dir()/models/scaling-<hash of the configs and code version>`, so a
+    second call only reads it (and an interrupted run resumes). Raises `TypeError` for configs of the wrong type,
+    `ValueError` for a vocabulary size other than the data's."""
     check_instance("model_cfg", model_cfg, GPTConfig)
     check_instance("train_cfg", train_cfg, TrainConfig)
     path = cached_run("scaling", model_cfg, train_cfg, "char", {"data": "tinyshakespeare-char"}, progress,
@@ -268,5 +265,5 @@ def scaling_run(model_cfg: GPTConfig, # the model; vocab_size must be the charac
     n_params = count_params(model_cfg, non_embedding=True)
     n_tokens = train_cfg.max_iters * train_cfg.batch_size * model_cfg.context_length
     history = ckpt["history"]
-    return {"n_params": n_params, "n_tokens": n_tokens, "flops": training_flops(n_params, n_tokens),
+    return {"n_params": n_params, "n_tokens": n_tokens, "flops": model_flops_per_token(model_cfg) * n_tokens,
             "train_loss": history["train_loss"][-1], "val_loss": history["val_loss"][-1]}
