@@ -34,7 +34,7 @@ import tokenize
 from pathlib import Path
 
 # The notebook a module is exported from decides its place; non-chapter notebooks sit beside the chapter they serve.
-CHAPTER_ORDER = {"pretrained": "06_lm_head~", "model_cache": "08_model_cache"}
+CHAPTER_ORDER = {"pretrained": "06_lm_head~", "model_cache": "08_model_cache", "live": "11c_live"}
 CHECK_CALL = re.compile(r"^(_?check|validate)")
 
 
