@@ -274,6 +274,14 @@
     }
   }
 
+  /** Viridis-like colour for a weight in [0, 1], as [r, g, b] (explorers.js's `heat`, for an ImageData). */
+  const VIRIDIS = [...Array(256).keys()].map((k) => {
+    const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+    const x = (k / 255) * (stops.length - 1), i = Math.min(stops.length - 2, Math.floor(x)), f = x - i;
+    return stops[i].map((c, j) => Math.round(c + (stops[i + 1][j] - c) * f));
+  });
+  const viridis = (v) => VIRIDIS[Math.round(255 * Math.max(0, Math.min(1, v)))];
+
   // ------------------------------------------- 11: every head's attention, head scores and the logit lens, live
   function insideView(root, info, view) {
     const { el, show, fmt, heat, status } = H();
@@ -284,7 +292,6 @@
       const chars = Array.from(r.text).slice(-r.T), T = r.T;
       const w = (l, h, i, j) => r.attention[((l * Hh + h) * T + i) * T + j];
       const grid = el("div", { class: "tbx-heads" });
-      const scale = Math.max(1, Math.floor(192 / T));
       const cursor = { i: T - 1, j: Math.max(0, T - 2) };
       const say = (l, h, i, j) => {
         readout.textContent = `Layer ${l}, head ${h}: query ${i} “${show(chars[i])}” → key ${j} “${show(chars[j])}”: ` +
@@ -292,24 +299,21 @@
       };
       for (let l = 0; l < L; l++) {
         for (let h = 0; h < Hh; h++) {
-          const canvas = el("canvas", { width: T * scale, height: T * scale, class: "tbx-head", tabindex: 0,
+          const canvas = el("canvas", { width: T, height: T, class: "tbx-head", tabindex: 0,
             role: "img", "data-layer": l, "data-head": h,
             "aria-label": `Layer ${l}, head ${h}: attention of ${T} queries (rows) over keys (columns). ` +
                           "Arrow keys move between cells; the weight is read out below." });
           const ctx = canvas.getContext("2d");
+          const image = ctx.createImageData(T, T);  // one pixel per (query, key); CSS scales it up
+          for (let i = 0; i < T; i++) for (let j = 0; j < T; j++) {
+            const rgb = j <= i ? viridis(w(l, h, i, j)) : [242, 242, 242], o = 4 * (i * T + j);
+            image.data[o] = rgb[0]; image.data[o + 1] = rgb[1]; image.data[o + 2] = rgb[2]; image.data[o + 3] = 255;
+          }
           const paint = (mark) => {
-            for (let i = 0; i < T; i++) for (let j = 0; j <= i; j++) {
-              ctx.fillStyle = heat(w(l, h, i, j));
-              ctx.fillRect(j * scale, i * scale, scale, scale);
-            }
-            for (let i = 0; i < T; i++) {
-              ctx.fillStyle = "#f2f2f2";
-              ctx.fillRect((i + 1) * scale, i * scale, (T - i - 1) * scale, scale);
-            }
+            ctx.putImageData(image, 0, 0);
             if (mark) {
-              ctx.strokeStyle = "#d62728";
-              ctx.lineWidth = Math.max(1, scale / 2);
-              ctx.strokeRect(cursor.j * scale, cursor.i * scale, scale, scale);
+              ctx.fillStyle = "#ff2020";
+              ctx.fillRect(cursor.j, cursor.i, 1, 1);
             }
           };
           paint(false);
