@@ -47,6 +47,8 @@ def write_live(static: Path | str, verbose: bool = True) -> dict[str, int]:
             files[f"live/{onnx_file.name}"] = _copy(onnx_file, static / "live" / onnx_file.name)
             meta = onnx_file.with_suffix(".json")
             files[f"live/{meta.name}"] = _copy(meta, static / "live" / meta.name)
+            if live.live_info(name)["stand_in"]:
+                print(f"Stand-in: the live {name} explorer runs {live.STAND_IN}", flush=True)
     except ImportError as e:  # onnx / onnxscript are documentation dependencies (pip install -e ".[docs]")
         print(f"warning: the live models were not exported ({e}); the live explorers will show their precomputed "
               "numbers", file=sys.stderr)

@@ -2,7 +2,8 @@
 in the web page, and checked against the package's own PyTorch functions.
 
 **In the package** (`transformerbook.live`): `LIVE_MODELS` names the two models the website runs and `live_model(name)`
-loads one (`ValueError` for another name). `ExplainedGPT(model)` wraps a GPT so that one call returns what the page
+loads one (`ValueError` for another name); the induction model is never trained here: until `induction_trained()`,
+an untrained stand-in of the same shape takes its place and says so (`STAND_IN`). `ExplainedGPT(model)` wraps a GPT so that one call returns what the page
 shows: the next-token logits at every position, every head's attention weights (`interpret.attention_patterns`) and
 the logit lens (`lm_head.logit_lens`). `export_onnx(name, folder)` writes that wrapper as `<name>.onnx` (ONNX Runtime
 reads it in Python and, as WebAssembly, in the page) and `<name>.json` beside it (`live_info(name)`: the alphabet, the
@@ -39,15 +40,15 @@ import transformerbook
 
 from .data import cache_dir
 from .environment import weights_sha256
-from .interpret import attention_patterns, induction_model
+from .interpret import attention_patterns, induction_configs, induction_model, induction_run_dir
 from .lm_head import GPT, logit_lens
 from .sampling import warp_logits
-from .training import shakespeare_model
+from .training import load_dataset, shakespeare_model
 from .validation import check_choice, check_instance
 
 # %% auto #0
-__all__ = ['LIVE_MODELS', 'ExplainedGPT', 'live_model', 'live_info', 'export_onnx', 'live_file', 'encode_window', 'onnx_outputs',
-           'model_outputs', 'print_live_hashes', 'Mulberry32', 'sample_text']
+__all__ = ['LIVE_MODELS', 'STAND_IN', 'ExplainedGPT', 'induction_trained', 'live_model', 'live_info', 'export_onnx', 'live_file',
+           'encode_window', 'onnx_outputs', 'model_outputs', 'print_live_hashes', 'Mulberry32', 'sample_text']
 
 # %% ../nbs/live.ipynb #4af7313c
 class ExplainedGPT(torch.nn.Module):
@@ -66,21 +67,33 @@ class ExplainedGPT(torch.nn.Module):
 # %% ../nbs/live.ipynb #6e3ea26f
 LIVE_MODELS = {"shakespeare-char": "chapter 8's character-level Shakespeare model",
                "induction": "chapter 11's two-layer induction model"}
+STAND_IN = ("an untrained stand-in for chapter 11's induction model (same shape, seeded weights): chapter 11 has not "
+            "trained it on this machine yet (about 25 minutes; make book does)")
+
+def induction_trained() -> bool:
+    "Whether chapter 11's induction run has finished on this machine (its last snapshot is in the cache)."
+    return (induction_run_dir() / f"step-{induction_configs()[1].max_iters:06d}.pt").is_file()
 
 @functools.lru_cache(maxsize=None)
 def live_model(name: str, # a key of `LIVE_MODELS`
-               progress: bool = False, # progress bar if the model must be trained first (once)
+               progress: bool = False, # progress bar if the char model must be trained first (once, about 2 min)
               ) -> tuple: # (GPT in eval mode, CharTokenizer)
-    "The trained model behind one of the page's explorers (trained on first use; loaded once). `ValueError` otherwise."
+    """The trained model behind one of the page's explorers, loaded once. The induction model is never trained here:
+    until chapter 11 has trained it, a stand-in (`STAND_IN`) takes its place. `ValueError` for another name."""
     check_choice("name", name, tuple(LIVE_MODELS))
-    return shakespeare_model("char", progress=progress) if name == "shakespeare-char" else induction_model(progress)
+    if name == "shakespeare-char": return shakespeare_model("char", progress=progress)
+    if induction_trained(): return induction_model(progress=False)
+    torch.manual_seed(0)
+    return GPT(induction_configs()[0]).eval(), load_dataset("tinyshakespeare", "char")[0]
 
 # %% ../nbs/live.ipynb #f3201e7a
 def live_info(name: str) -> dict:
-    "What the page needs besides the graph: sizes, alphabet, padding id and the checkpoint's SHA-256."
+    "What the page needs besides the graph: sizes, alphabet, padding id, the checkpoint's SHA-256, stand-in or not."
     model, tok = live_model(name)
     c = model.config
-    return {"name": name, "description": LIVE_MODELS[name], "weights_sha256": weights_sha256(model),
+    stand_in = name == "induction" and not induction_trained()
+    return {"name": name, "description": STAND_IN if stand_in else LIVE_MODELS[name], "stand_in": stand_in,
+            "weights_sha256": weights_sha256(model),
             "n_params": model.n_params(), "context_length": c.context_length, "n_layers": c.n_layers,
             "n_heads": c.n_heads, "vocab_size": c.vocab_size, "alphabet": list(tok.chars), "pad_id": tok.stoi["\n"],
             "onnx": f"{name}.onnx", "outputs": ["logits", "attention", "logit_lens"]}
