@@ -148,7 +148,9 @@ def live_file(name: str, # a key of `LIVE_MODELS`
              ) -> Path: # `<name>.onnx` in the book's cache (`<name>.json` beside it), exported on first use
     "The exported model for this checkpoint and this code, from `cache_dir()/live/<hash>/`; exported if missing."
     import onnx
-    key = hashlib.sha256(Path(transformerbook.__file__).with_name("live.py").read_bytes())  # the exported code
+    key = hashlib.sha256()
+    for source in sorted(Path(transformerbook.__file__).parent.glob("*.py")):  # the traced code: any module may be
+        key.update(source.read_bytes())  # on the path (`attention_patterns` reads the layers' own observation points)
     key.update(f"{live_info(name)['weights_sha256']} {torch.__version__} {onnx.__version__}".encode())
     folder = cache_dir() / "live" / key.hexdigest()[:16]
     if not (folder / f"{name}.json").is_file(): export_onnx(name, folder)  # the JSON is written last
