@@ -3,7 +3,13 @@ Chromium at a phone's and a desktop's width: every control is a labelled native 
 shows, and the numbers shown equal the book's own Python functions for the same settings. Also: the figure/explorer
 cell options (tools/figures.py) and the diagrams' sources.
 
-The site is built from the six chapters that hold an explorer (saved outputs, no execution). Screenshots of each
+The live explorers (07 `sampling`, 11 `inside`: site/_static/explorers/live.js runs `transformerbook.live`'s ONNX
+files with ONNX Runtime Web) are typed into: on validation texts their numbers equal the package's with every request
+to another host blocked, the seeded sample is `live.sample_text`'s, the page shows the package's checkpoint hash, a
+phone-sized page with the CPU throttled 4x still answers, and a blocked WebAssembly file shows the precomputed view.
+The keystroke-to-update latency for 200-character texts is printed (run with `-s`).
+
+The site is built from the seven chapters that hold an explorer (saved outputs, no execution). Screenshots of each
 explorer go to `_build/screenshots/explorers/`.
 """
 from __future__ import annotations
@@ -30,7 +36,7 @@ import nb2myst
 pytestmark = pytest.mark.slow
 
 CHAPTERS = {"sampling": "07_sampling", "attention": "03_multihead", "positional": "05_embeddings",
-            "bpe": "05a_tokenization", "moe": "10_moe", "chinchilla": "09_scaling"}
+            "bpe": "05a_tokenization", "moe": "10_moe", "chinchilla": "09_scaling", "inside": "11_inside"}
 VIEWPORTS = {"phone": {"width": 400, "height": 850}, "desktop": {"width": 1400, "height": 900}}
 SCREENSHOTS = ROOT / "_build" / "screenshots" / "explorers"
 
@@ -143,7 +149,7 @@ def test_diagrams_are_drawn_from_their_source(tmp_path):
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    "The site built from the six chapters with explorers (explorer data from the book's cache, computed once)."
+    "The site built from the seven chapters with explorers (explorer data from the book's cache, computed once)."
     tmp = tmp_path_factory.mktemp("explorer-site")
     nbs = tmp / "nbs"
     (nbs / "figures").mkdir(parents=True)
@@ -163,9 +169,16 @@ class QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        "A page closed during a download (the 14 MB runtime) resets the connection: not an error of the site."
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
+
+
 @pytest.fixture(scope="module")
 def base_url(site):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(site)))
+    server = QuietServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(site)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
@@ -238,36 +251,276 @@ def char_model():
     return shakespeare_model("char", progress=False)
 
 
+def wait_live(page, root, text=None, timeout=30_000):
+    """Wait until a live explorer has started (`data-live` true or false) and, with `text`, until the numbers it shows
+    are for that text (`data-text`). Returns `data-live`."""
+    name = root.get_attribute("data-explorer")
+    sel = f'.tb-explorer[data-explorer="{name}"]'
+    page.wait_for_function("s => document.querySelector(s).dataset.live !== 'starting'", arg=sel, timeout=timeout)
+    if text is not None:
+        page.wait_for_function("([s, t]) => document.querySelector(s).dataset.text === t", arg=[sel, text],
+                               timeout=timeout)
+    return root.get_attribute("data-live")
+
+
+def type_text(page, root, text, timeout=30_000):
+    "Put `text` in the explorer's text box (an `input` event, as typing gives) and wait for the numbers of that text."
+    root.locator('textarea[name="text"]').fill(text)
+    wait_live(page, root, text, timeout)
+
+
+PAGE_ARRAYS_JS = """(r, keys) => Object.fromEntries(keys.map(k => {
+  const bytes = new Uint8Array(Float64Array.from(r.tbResult[k]).buffer);
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 32768) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 32768));
+  return [k, btoa(s)];
+}))"""
+
+
+def page_result(root, *keys) -> dict[str, torch.Tensor]:
+    """The arrays behind the explorer's view (`root.tbResult`, set by live.js), as float64 tensors: every number as the
+    page holds it (a float32 from the runtime is exact in float64), sent as bytes (a list of numbers is much slower)."""
+    import base64
+    import numpy as np
+    got = root.evaluate(PAGE_ARRAYS_JS, list(keys))
+    return {k: torch.from_numpy(np.frombuffer(base64.b64decode(v), dtype=np.float64).copy()) for k, v in got.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def char_dataset():
+    from transformerbook.training import load_dataset
+    return load_dataset("tinyshakespeare", tokenizer="char")
+
+
+def validation_texts(n, max_len, seed, min_len=1):
+    "n windows of the validation split, random start and length in [min_len, max_len] (as tests/test_live.py)."
+    tok, _, val_ids = char_dataset()
+    gen = torch.Generator().manual_seed(seed)
+    texts = []
+    for _ in range(n):
+        length = int(torch.randint(min_len, max_len + 1, (1,), generator=gen))
+        start = int(torch.randint(0, len(val_ids) - length, (1,), generator=gen))
+        texts.append(tok.decode(val_ids[start:start + length].tolist()))
+    return texts
+
+
 def test_sampling_explorer(page, base_url):
+    from transformerbook import live
     from transformerbook.sampling import warp_logits
     root = open_explorer(page, base_url, "sampling")
-    lm, tok = char_model()
-    for control, value in [("temperature", 0.7), ("top_p", 0.9), ("top_k", 2), ("top_k", 0),
-                           ("prompt", 1), ("prompt", 0)]:
+    assert wait_live(page, root, explorers.SAMPLING_PROMPTS[0]) == "true", root.inner_text()
+    for control, value in [("temperature", 0.7), ("top_p", 0.9), ("top_k", 2), ("top_k", 0)]:
         assert_responds(root, control, value)
     # keyboard: the arrow key moves the focused slider and the view follows
     before = view_text(root)
     root.locator('[name="temperature"]').focus()
     page.keyboard.press("ArrowRight")
     assert view_text(root) != before and root.locator('[name="temperature"]').input_value() == "0.75"
-    root.locator('[name="temperature"]').fill("0.7")
-    prompt = explorers.SAMPLING_PROMPTS[0]
-    with torch.no_grad():
-        logits = lm(torch.tensor([tok.encode(prompt)[-lm.config.context_length:]]))[0, -1]
+    prompt = "KING RICHARD III:\nNow is the winter of our disc"
+    type_text(page, root, prompt)
+    logits = torch.from_numpy(live.model_outputs("shakespeare-char", prompt)["logits"][-1]).double()
     for temperature, top_k, top_p in [(0.7, 0, 0.9), (1.5, 10, 1.0), (0.3, 3, 0.5)]:
         root.locator('[name="temperature"]').fill(str(temperature))
         root.locator('[name="top_k"]').fill(str(top_k))
         root.locator('[name="top_p"]').fill(str(top_p))
         want = torch.softmax(warp_logits(logits, temperature, top_k or None, top_p), -1)
+        got = page_result(root, "warped")["warped"]
+        assert (got - want).abs().max() <= 1e-5, (temperature, top_k, top_p)
         rows = root.locator("tbody tr")
         assert rows.count() == 20
         for i in range(rows.count()):
             row = rows.nth(i)
             token_id = int(row.get_attribute("data-token-id"))
-            assert row.locator(".p-warped").inner_text() == f"{want[token_id].item():.3f}", \
-                (temperature, top_k, top_p, tok.decode([token_id]))
+            assert abs(float(row.locator(".p-warped").inner_text()) - want[token_id].item()) <= 5e-4 + 1e-5
         assert int(root.locator(".tbx-kept").inner_text()) == int((want > 0).sum())
+    shown = root.locator(".tbx-sha").inner_text()
+    assert shown == live.live_info("shakespeare-char")["weights_sha256"]
     finish(page, root, "sampling", base_url)
+
+
+@pytest.mark.parametrize("page", ["phone"], indirect=True)  # the desktop page: test_live_explorer_equals_...
+def test_inside_explorer(page, base_url):
+    from transformerbook import live
+    from transformerbook.interpret import induction_score, previous_token_score
+    root = open_explorer(page, base_url, "inside")
+    assert wait_live(page, root, explorers.INSIDE_TEXT) == "true", root.inner_text()
+    info = live.live_info("induction")
+    assert root.locator(".tbx-sha").inner_text() == info["weights_sha256"]
+    heads = root.locator("canvas.tbx-head")
+    assert heads.count() == info["n_layers"] * info["n_heads"]
+    assert root.locator(".tbx-ind td").first.inner_text() == "—"  # no repeat yet: no induction score
+    root.locator('button[name="repeat"]').click()
+    text = explorers.INSIDE_TEXT * 2
+    wait_live(page, root, text)
+    weights = torch.from_numpy(live.model_outputs("induction", text)["attention"])  # (L, H, T, T)
+    want = {"prev": previous_token_score(weights), "ind": induction_score(weights, len(text) // 2)}
+    got = root.evaluate("r => ({prev: r.tbResult.prev, ind: r.tbResult.ind})")
+    for key in want:
+        torch.testing.assert_close(torch.tensor(got[key], dtype=torch.float64).reshape(want[key].shape),
+                                   want[key].double(), atol=1e-4, rtol=0)
+    # keyboard: focus a head, move with the arrows, the weight and its two characters are read out
+    heads.nth(info["n_heads"]).focus()  # layer 1, head 0
+    page.keyboard.press("ArrowLeft")
+    readout = root.locator(".tbx-readout").inner_text()
+    T = len(text)
+    assert readout.startswith(f"Layer 1, head 0: query {T - 1} ") and f"key {T - 3} " in readout, readout
+    assert readout.endswith(f"weight {weights[1, 0, T - 1, T - 3].item():.4f}.")
+    heads.nth(0).hover()
+    assert root.locator(".tbx-readout").inner_text().startswith("Layer 0, head 0: query ")
+    finish(page, root, "inside", base_url)
+
+
+@pytest.fixture(scope="module")
+def offline(chrome, base_url):
+    "A desktop page that may fetch only the site's own files: any other request is aborted (and recorded)."
+    context = chrome.new_context(viewport=VIEWPORTS["desktop"])
+    host, blocked = urlparse(base_url).netloc, []
+
+    def only_the_site(route):
+        if urlparse(route.request.url).netloc == host:
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+    context.route("**/*", only_the_site)
+    page = context.new_page()
+    page.blocked = blocked
+    yield page
+    context.close()
+
+
+N_PAGE_TEXTS = 5  # per model and kind (short, 200 characters); tests/test_live.py compares ONNX Runtime on 100
+N_LATENCY_TEXTS = 20
+# In the page: for each 200-character text, put all but its last character in the box (an input event), wait for the
+# view, then add the last character (an input event, as a keystroke gives) and read the page's own measurement.
+LATENCY_JS = """async (r, texts) => {
+  const box = r.querySelector('textarea[name="text"]'), out = [];
+  const shown = (t) => new Promise((ok) => { const f = () => (r.dataset.text === t ? ok() : setTimeout(f, 1)); f(); });
+  for (const text of texts) {
+    box.value = text.slice(0, -1); box.dispatchEvent(new Event("input")); await shown(box.value);
+    box.value = text; box.dispatchEvent(new Event("input")); await shown(text);
+    out.push(Number(r.dataset.latencyMs));
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("name", ["sampling", "inside"])
+def test_live_explorer_equals_the_package_offline(offline, base_url, name):
+    """Typed into the page, with every request to another host blocked: validation texts give the package's numbers
+    (probabilities 1e-5 and the same argmax; attention weights and the logit lens 1e-4). Half the texts are shorter
+    than the model's window (the page pads them), half are 200 characters (the page reads the last window). Then
+    the time from a keystroke to the updated view for 200-character texts is printed (median and 95th percentile)."""
+    from transformerbook import live
+    model = {"sampling": "shakespeare-char", "inside": "induction"}[name]
+    root = open_explorer(offline, base_url, name)
+    assert wait_live(offline, root) == "true", root.inner_text()
+    info = live.live_info(model)
+    L, H, V = info["n_layers"], info["n_heads"], info["vocab_size"]
+    worst = {"probs": 0.0, "attention": 0.0, "logit_lens": 0.0}
+    texts = validation_texts(N_PAGE_TEXTS, info["context_length"], seed=3)
+    long_texts = validation_texts(N_PAGE_TEXTS + N_LATENCY_TEXTS, 200, seed=4, min_len=200)
+    for text in texts + long_texts[:N_PAGE_TEXTS]:
+        type_text(offline, root, text)
+        want = {k: torch.from_numpy(v).double() for k, v in live.model_outputs(model, text).items()}
+        T = want["logits"].shape[0]
+        if name == "sampling":
+            probs, got = torch.softmax(want["logits"][-1], -1), page_result(root, "probs")["probs"]
+            worst["probs"] = max(worst["probs"], (got - probs).abs().max().item())
+            assert int(got.argmax()) == int(probs.argmax()), repr(text)
+        else:
+            got = page_result(root, "attention", "lens")
+            attention, lens = got["attention"].reshape(L, H, T, T), got["lens"].reshape(L + 1, T, V)
+            worst["attention"] = max(worst["attention"], (attention - want["attention"]).abs().max().item())
+            worst["logit_lens"] = max(worst["logit_lens"], (lens - want["logit_lens"]).abs().max().item())
+            assert (lens.argmax(-1) == want["logit_lens"].argmax(-1)).all(), repr(text)
+    latency = sorted(root.evaluate(LATENCY_JS, long_texts[N_PAGE_TEXTS:]))
+    print(f"\n{name} in Chromium vs the package, {2 * N_PAGE_TEXTS} validation texts: max |difference| "
+          + ", ".join(f"{k} {v:.1e}" for k, v in worst.items() if v)
+          + f"; keystroke to updated view, {len(latency)} texts of 200 characters (one-thread WebAssembly): median "
+            f"{latency[len(latency) // 2]:.1f} ms, p95 {latency[round(0.95 * (len(latency) - 1))]:.1f} ms")
+    assert worst["probs"] <= 1e-5 and worst["attention"] <= 1e-4 and worst["logit_lens"] <= 1e-4, worst
+    assert not offline.blocked, f"the page asked other hosts: {offline.blocked}"
+    if name == "sampling":
+        check_sampler(offline, root)
+
+
+def check_sampler(page, root):
+    "07's sampler and bad-text message (on the offline page of the test above)."
+    from transformerbook import live
+    # a character outside the alphabet is named; the numbers wait for a text the model can read
+    root.locator('textarea[name="text"]').fill("Café ☺")
+    page.wait_for_function("r => r.dataset.error", arg=root.element_handle())
+    message = root.locator(".tbx-message").inner_text()
+    assert "“é”" in message and "“☺”" in message and "U+00E9" in message, message
+    # the seeded sampler writes what transformerbook.live.sample_text writes for the same seed
+    type_text(page, root, "ROMEO:\n")
+    root.locator('[name="temperature"]').fill("0.8")
+    root.locator('[name="top_k"]').fill("20")
+    root.locator('[name="top_p"]').fill("1")
+    root.locator('[name="seed"]').fill("7")
+    root.locator('[name="n_chars"]').fill("30")
+    root.locator('button[name="sample"]').click()
+    page.wait_for_function("r => r.querySelector('.tbx-sample').dataset.seed === '7' && "
+                           "!r.querySelector('button[name=sample]').disabled", arg=root.element_handle())
+    want = live.sample_text("shakespeare-char", "ROMEO:\n", 30, seed=7, temperature=0.8, top_k=20, top_p=1.0)
+    assert root.locator(".tbx-sample").get_attribute("data-text") == want
+
+
+def test_live_explorer_on_a_throttled_phone(offline, base_url):
+    """At 400 px with the CPU slowed 4x (Chrome DevTools' throttling, set once the runtime has started: starting it
+    throttled takes about 15 s here), the real model answers the reader's keystrokes, equal to the package."""
+    from transformerbook import live
+    offline.set_viewport_size(VIEWPORTS["phone"])
+    root = open_explorer(offline, base_url, "sampling")
+    assert wait_live(offline, root, explorers.SAMPLING_PROMPTS[0]) == "true"
+    cdp = offline.context.new_cdp_session(offline)
+    cdp.send("Emulation.setCPUThrottlingRate", {"rate": 4})
+    try:
+        root.locator('textarea[name="text"]').press("Control+End")
+        offline.keyboard.type("ind")  # key by key, after the prompt
+        text = explorers.SAMPLING_PROMPTS[0] + "ind"
+        wait_live(offline, root, text)
+        ms = float(root.get_attribute("data-latency-ms"))
+        assert root.evaluate("r => r.getBoundingClientRect().right") <= VIEWPORTS["phone"]["width"] + 0.5
+    finally:
+        cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
+        offline.set_viewport_size(VIEWPORTS["desktop"])
+    probs = torch.softmax(torch.from_numpy(live.model_outputs("shakespeare-char", text)["logits"][-1]).double(), -1)
+    assert (page_result(root, "probs")["probs"] - probs).abs().max() <= 1e-5
+    print(f"\n400 px, CPU throttled 4x: keystroke to updated view {ms:.0f} ms")
+    assert not offline.blocked
+
+
+def test_live_files_are_the_sites_own(site):
+    "The build put the runtime and both models into the site, each model's JSON naming the package's checkpoint."
+    from transformerbook import live
+    import live_assets
+    for f in live_assets.RUNTIME_FILES:
+        assert (site / "_static" / "ort" / f).is_file(), f
+    for name in live.LIVE_MODELS:
+        info = json.loads((site / "_static" / "live" / f"{name}.json").read_text(encoding="utf-8"))
+        assert info["weights_sha256"] == live.live_info(name)["weights_sha256"]
+        assert (site / "_static" / "live" / info["onnx"]).stat().st_size == info["onnx_bytes"]
+
+
+def test_live_explorers_fall_back_without_webassembly(chrome, base_url):
+    """When the runtime cannot start (its .wasm blocked), the live explorer says why and shows the precomputed numbers
+    (11's fallback is the same code's; test_explorers_work_from_file_urls sees it)."""
+    context = chrome.new_context(viewport=VIEWPORTS["desktop"])
+    context.route("**/*.wasm", lambda route: route.abort())
+    page = context.new_page()
+    for name in ("sampling",):
+        root = open_explorer(page, base_url, name)
+        assert wait_live(page, root) == "false"
+        why = root.locator(".tbx-why").inner_text()
+        assert why.startswith("The model could not start in this browser (") and "computed when the site was built" \
+            in why, why
+        assert root.locator(".tbx-sha").inner_text()  # which checkpoint the numbers are from
+        assert root.locator("tbody tr").count() >= 2 and "Starting" not in root.inner_text()
+        if name == "inside":
+            assert root.locator("canvas.tbx-head").count() == 8
+    context.close()
 
 
 def test_attention_explorer(page, base_url):
@@ -418,7 +671,7 @@ def test_figures_are_numbered_with_captions_and_alt_text(site, chrome, base_url)
     """On the built pages every image in the text is a figure numbered by its chapter (Figure 7.2) whose alt text is
     not a file name."""
     page = chrome.new_page()
-    for stem in CHAPTERS.values():
+    for stem in (s for n, s in CHAPTERS.items() if n != "inside"):  # 11 is here for its live explorer only
         page.goto(f"{base_url}/{stem}.html", wait_until="load")
         images = page.evaluate("""() => [...document.querySelectorAll('article img')].map(i => ({
             alt: i.alt, src: i.getAttribute('src'),
@@ -440,6 +693,13 @@ def test_explorers_work_from_file_urls(site, chrome):
         page.goto((site / f"{stem}.html").as_uri(), wait_until="load")
         root = page.locator(f'.tb-explorer[data-explorer="{name}"]')
         assert root.get_attribute("data-ready") == "true", f"{name} does not start from file://"
+        if name in ("sampling", "inside"):  # live: no WebAssembly from disk; the precomputed view instead
+            assert wait_live(page, root) == "false"
+            assert "opened from a file" in root.locator(".tbx-why").inner_text()
+            assert "make serve" in root.locator(".tbx-why").inner_text()
+        if name == "inside":
+            assert root.locator("canvas.tbx-head").count() == 8 and root.locator(".tbx-lens tbody tr").count() == 3
+            continue
         status = root.locator('[role="status"]')
         before = status.inner_text()
         control = root.locator("input[type=range]").first

@@ -28,6 +28,7 @@ sys.path.insert(0, str(TOOLS))  # sibling scripts; tools/ is not a package
 import execute_nbs  # noqa: E402
 import explorers  # noqa: E402
 import figures  # noqa: E402
+import live_assets  # noqa: E402
 import nb2myst  # noqa: E402
 
 CONF_DIR = ROOT / "site"
@@ -268,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     markdown_copies(build / "myst", args.out, pages)
     explorers.write_data(args.out / "_static" / "explorers" / "data")  # in-page explorers (cached)
+    live_assets.write_live(args.out / "_static")  # the live explorers' runtime and models; prints their size
     if (nbs / "llms.txt").is_file():  # nbdev-export's index of the modules and their Markdown pages
         shutil.copy2(nbs / "llms.txt", args.out / "llms.txt")
     print(f"Built {args.out}/ in {time.perf_counter() - start:.0f} s. Open {args.out / 'index.html'} in a browser, "

@@ -5,7 +5,12 @@ Each explorer (drawn by `site/_static/explorers/explorers.js`, placed in a page 
 JSON, assigned to `window.tbExplorerData[name]`, so that a page opened from `file://` can load it with a script tag):
 
 - `sampling` (07): the trained character model's next-character logits after three prompts
-  (`training.shakespeare_model("char")`); the page applies `sampling.warp_logits`'s steps itself.
+  (`training.shakespeare_model("char")`); the page applies `sampling.warp_logits`'s steps itself. With the model
+  running in the page (`site/_static/explorers/live.js`, `tools/live_assets.py`), these are what it shows when
+  WebAssembly cannot start; `live` holds the model's alphabet, sizes and checkpoint SHA-256 (`live.live_info`).
+- `inside` (11): the induction model (`interpret.induction_model()`) on `INSIDE_TEXT` repeated: every head's attention
+  weights and the logit lens's top prediction after each block (`live.model_outputs`), shown when the live model
+  cannot start; `live` as for `sampling`.
 - `attention` (03): that model's attention weights, per layer, head and query, on a Shakespeare passage.
 - `positional` (05): `embeddings.sinusoidal_positional_encoding` and the 2x2 blocks of `position_rotation_matrix`.
 - `bpe` (05a): `tokenization.BPETokenizer` trained on a short text; the text's tokens after each merge.
@@ -32,13 +37,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-NAMES = ("sampling", "attention", "positional", "bpe", "moe", "chinchilla")
+NAMES = ("sampling", "attention", "positional", "bpe", "moe", "chinchilla", "inside")
 DIGITS = 5  # decimals kept in the JSON (the page shows 3)
 
 SAMPLING_PROMPTS = ["ROMEO:\nBut soft, what light through yonder w",  # 07's `explore_prompt`
                     "KING RICHARD III:\nNow is the winter of our disc",
                     "First Citizen:\nBefore we proceed any further, hear me sp"]
 ATTENTION_PASSAGE = "ROMEO:\nBut soft, what light through yonder window breaks?"
+INSIDE_TEXT = "ROMEO:\nBut soft, what light"  # 11's default text; the page's "repeat" doubles it
 BPE_TEXT = ("To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer the slings and "
             "arrows of outrageous fortune, or to take arms against a sea of troubles, and by opposing end them. "
             "To die, to sleep, no more; and by a sleep to say we end the heart-ache and the thousand natural shocks "
@@ -69,7 +75,28 @@ def sampling_data() -> dict:
             ids = torch.tensor([tok.encode(prompt)[-lm.config.context_length:]])
             prompts.append({"prompt": prompt, "logits": _round(lm(ids)[0, -1], 6)})
     return {"model": f"the character-level Shakespeare model of chapter 8 ({lm.n_params():,} parameters)",
-            "tokens": [tok.decode([i]) for i in range(tok.vocab_size)], "prompts": prompts}
+            "tokens": [tok.decode([i]) for i in range(tok.vocab_size)], "prompts": prompts,
+            "live": _live_info("shakespeare-char"), "default_text": SAMPLING_PROMPTS[0]}
+
+
+def _live_info(name: str) -> dict:
+    "`live.live_info(name)`: what the page shows of the model (alphabet, sizes, SHA-256) even without WebAssembly."
+    from transformerbook.live import live_info
+    return live_info(name)
+
+
+def inside_data() -> dict:
+    """The induction model on `INSIDE_TEXT` twice: attention weights (L, H, T, T) and, after each block, the logit
+    lens's top character and its probability at every position (the page computes the same live)."""
+    import torch
+    from transformerbook.live import model_outputs
+    text = INSIDE_TEXT * 2
+    out = model_outputs("induction", text)
+    probs = torch.softmax(torch.from_numpy(out["logit_lens"]).double(), -1)  # (L+1, T, V)
+    top = probs.max(-1)
+    return {"live": _live_info("induction"), "default_text": INSIDE_TEXT, "text": text,
+            "attention": _round(torch.from_numpy(out["attention"]), 4),
+            "lens_top": top.indices.tolist(), "lens_prob": _round(top.values, 4)}
 
 
 def attention_weights_per_head(lm, token_ids):
@@ -191,12 +218,14 @@ def chinchilla_data() -> dict:
 
 
 BUILDERS = {"sampling": sampling_data, "attention": attention_data, "positional": positional_data, "bpe": bpe_data,
-            "moe": moe_data, "chinchilla": chinchilla_data}
+            "moe": moe_data, "chinchilla": chinchilla_data, "inside": inside_data}
 
 
 def cache_key() -> str:
-    "A hash of this file and of the package's sources: the data change only when one of them does."
-    h = hashlib.sha256(Path(__file__).read_bytes())
+    """A hash of this file, of the package's sources and of whether chapter 11's induction model is trained (until it
+    is, `inside` shows a stand-in): the data change only when one of them does."""
+    from transformerbook.live import induction_trained
+    h = hashlib.sha256(Path(__file__).read_bytes() + str(induction_trained()).encode())
     for p in sorted((ROOT / "transformerbook").glob("*.py")):
         h.update(p.name.encode())
         h.update(p.read_bytes())

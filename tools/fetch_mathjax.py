@@ -1,5 +1,6 @@
 """Install the site's browser assets from npm into `site/node_modules`: MathJax 3, so the website typesets math
-offline, and axe-core, the accessibility engine that `tests/test_site.py` runs on every page.
+offline, axe-core, the accessibility engine that `tests/test_site.py` runs on every page, and onnxruntime-web, which
+runs the book's models in the live explorers (`tools/live_assets.py` copies its WebAssembly build into the site).
 
 `site/package.json` pins the versions and `site/package-lock.json` locks them; `npm ci` installs exactly that.
 Idempotent: when every pinned version is already installed this returns at once without calling npm.

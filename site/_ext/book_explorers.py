@@ -5,7 +5,8 @@
 
 writes `<div class="tb-explorer" data-explorer="sampling">` and, on that page only, loads
 `_static/explorers/explorers.js`, `explorers.css` and the data script `_static/explorers/data/sampling.js`, which
-`tools/explorers.py` writes into the built site (`tools/build_site.py` calls it after Sphinx). Names are the keys
+`tools/explorers.py` writes into the built site (`tools/build_site.py` calls it after Sphinx); a page with a live
+explorer (`LIVE`, running a model with ONNX Runtime Web) also loads `_static/explorers/live.js`. Names are the keys
 of `tools/explorers.py`'s `NAMES`; an unknown name is a build error. Every page also gets `_static/figures.css`
 (figures of `tools/figures.py`: plots saved at 2x keep their aspect ratio on narrow screens), and figures are
 numbered by chapter (`chapter_figure_numbers`).
@@ -18,7 +19,8 @@ from html import escape
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
-NAMES = ("sampling", "attention", "positional", "bpe", "moe", "chinchilla")  # as tools/explorers.py
+NAMES = ("sampling", "attention", "positional", "bpe", "moe", "chinchilla", "inside")  # as tools/explorers.py
+LIVE = {"sampling", "inside"}  # run a model in the page: _static/explorers/live.js (tools/live_assets.py)
 
 
 class ExplorerDirective(SphinxDirective):
@@ -57,6 +59,8 @@ def _page_assets(app, pagename, templatename, context, doctree):
     app.add_css_file("explorers/explorers.css")
     for name in sorted(names):
         app.add_js_file(f"explorers/data/{name}.js")
+    if names & LIVE:
+        app.add_js_file("explorers/live.js")  # before explorers.js, which starts every explorer
     app.add_js_file("explorers/explorers.js")
 
 

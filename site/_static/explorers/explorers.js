@@ -417,18 +417,22 @@
 
   const EXPLORERS = { sampling, attention, positional, bpe, moe, chinchilla };
 
+  // Explorers that run a model in the page (live.js, loaded before this file) start with it and fall back to the
+  // precomputed view above (`EXPLORERS[name]`, or their own for a name without one) when it cannot start.
   function init() {
+    const live = window.tbLiveExplorers || {};
     document.querySelectorAll(".tb-explorer[data-explorer]").forEach((root) => {
       const name = root.dataset.explorer, data = (window.tbExplorerData || {})[name];
-      if (!EXPLORERS[name] || !data) {
+      if (!(EXPLORERS[name] || live[name]) || !data) {
         root.querySelector(".tbx-fallback")?.removeAttribute("hidden");
         return;
       }
-      EXPLORERS[name](root, data);
+      if (live[name]) live[name](root, data, EXPLORERS[name]);
+      else EXPLORERS[name](root, data);
       root.dataset.ready = "true";
     });
   }
-  window.tbExplorers = { warpLogits, computeOptimal };
+  window.tbExplorers = { warpLogits, computeOptimal, el, control, frame, status, softmax, show, fmt, barCell, heat };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();
 })();
