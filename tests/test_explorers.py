@@ -28,6 +28,8 @@ import nbformat
 import pytest
 import torch
 
+from transformerbook.multihead import split_heads
+
 from conftest import ROOT
 import explorers
 import figures
@@ -536,7 +538,7 @@ def test_attention_explorer(page, base_url):
         for layer, head, query in [(0, 0, 10), (2, 3, 40), (lm.config.n_layers - 1, 1, T - 1)]:
             block = lm.blocks[layer]
             a, h = block.attn, block.ln_1(states[layer])
-            q, k = a.split_heads(a.q_proj(h)), a.split_heads(a.k_proj(h))
+            q, k = split_heads(a.q_proj(h), a.d_head), split_heads(a.k_proj(h), a.d_head)
             eye = torch.eye(T).expand(1, a.n_heads, T, T)
             weights = F.scaled_dot_product_attention(q, k, eye, is_causal=True)[0, head, query]  # (T,)
             set_value(root, "layer", layer)

@@ -14,7 +14,7 @@ from transformers.utils import logging as hf_logging
 
 from transformerbook.lm_head import GPT, GPTConfig, approx_non_embedding_params, logit_lens
 from transformerbook.masking import make_padding_mask
-from transformerbook.pretrained import config_from_hf, from_pretrained, load_hf_state_dict
+from transformerbook.pretrained import config_from_gpt2, from_pretrained, load_gpt2_state_dict
 from transformerbook.sampling import KVCache
 
 hf_logging.set_verbosity_error()
@@ -85,13 +85,13 @@ def test_param_counts_match_hf(pair):
 def test_config_mapping():
     hf = GPT2Config(vocab_size=500, n_positions=64, n_embd=48, n_head=6, n_layer=3, n_inner=None,
                     layer_norm_epsilon=1e-6, activation_function="gelu_new", tie_word_embeddings=False, resid_pdrop=0.3)
-    assert config_from_hf(hf) == GPTConfig(vocab_size=500, context_length=64, d_model=48, n_heads=6, n_layers=3,
+    assert config_from_gpt2(hf) == GPTConfig(vocab_size=500, context_length=64, d_model=48, n_heads=6, n_layers=3,
                                               d_ff=192, layer_norm_eps=1e-6, activation="gelu_tanh",
                                               tie_weights=False, dropout=0.0)
-    assert config_from_hf(hf.to_dict()) == config_from_hf(hf)
-    assert config_from_hf(GPT2Config(n_inner=7)).d_ff == 7
-    assert config_from_hf(GPT2Config(activation_function="relu")).activation == "relu"
-    assert config_from_hf(GPT2Config(activation_function="gelu")).activation == "gelu"
+    assert config_from_gpt2(hf.to_dict()) == config_from_gpt2(hf)
+    assert config_from_gpt2(GPT2Config(n_inner=7)).d_ff == 7
+    assert config_from_gpt2(GPT2Config(activation_function="relu")).activation == "relu"
+    assert config_from_gpt2(GPT2Config(activation_function="gelu")).activation == "gelu"
 
 
 @pytest.mark.parametrize("kw,message", [
@@ -104,14 +104,14 @@ def test_config_mapping():
 ])
 def test_config_mapping_errors(kw, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
-        config_from_hf(GPT2Config(**kw))
+        config_from_gpt2(GPT2Config(**kw))
 
 
 def test_config_mapping_rejects_other_models():
     with pytest.raises(ValueError, match="model_type='llama'"):
-        config_from_hf({"model_type": "llama", "hidden_size": 64})
+        config_from_gpt2({"model_type": "llama", "hidden_size": 64})
     with pytest.raises(ValueError, match="lacks the fields"):
-        config_from_hf({"model_type": "gpt2", "n_embd": 64})
+        config_from_gpt2({"model_type": "gpt2", "n_embd": 64})
 
 
 def test_from_pretrained_refuses_unsupported_saved_config(tmp_path):
@@ -131,22 +131,22 @@ def test_weight_shape_mismatch_names_the_tensor(name, shape):
     sd = hf.state_dict() | {name: torch.zeros(shape)}
     short = name.removeprefix("transformer.")
     with pytest.raises(ValueError, match=rf"{short} has shape \({shape[0]},"):
-        load_hf_state_dict(GPT(config_from_hf(hf.config)), sd)
+        load_gpt2_state_dict(GPT(config_from_gpt2(hf.config)), sd)
 
 
 def test_missing_and_surplus_tensors():
     hf = make_hf(**HF_CONFIGS["base"])
-    model = GPT(config_from_hf(hf.config))
+    model = GPT(config_from_gpt2(hf.config))
     sd = hf.state_dict()
     with pytest.raises(ValueError, match="no tensor 'h.1.ln_2.bias'"):
-        load_hf_state_dict(model, {k: v for k, v in sd.items() if k != "transformer.h.1.ln_2.bias"})
+        load_gpt2_state_dict(model, {k: v for k, v in sd.items() if k != "transformer.h.1.ln_2.bias"})
     with pytest.raises(ValueError, match="does not use: \\['h.9.mlp.c_fc.weight'\\]"):
-        load_hf_state_dict(model, sd | {"transformer.h.9.mlp.c_fc.weight": torch.zeros(1)})
+        load_gpt2_state_dict(model, sd | {"transformer.h.9.mlp.c_fc.weight": torch.zeros(1)})
     untied = sd | {"lm_head.weight": torch.zeros_like(sd["lm_head.weight"])}
     with pytest.raises(ValueError, match="lm_head.weight differs from wte.weight"):
-        load_hf_state_dict(model, untied)
+        load_gpt2_state_dict(model, untied)
     with pytest.raises(ValueError, match="norm='pre'"):
-        load_hf_state_dict(GPT(GPTConfig(**{**config_from_hf(hf.config).to_dict(), "norm": "post"})), sd)
+        load_gpt2_state_dict(GPT(GPTConfig(**{**config_from_gpt2(hf.config).to_dict(), "norm": "post"})), sd)
 
 
 def test_state_dict_without_prefix_and_with_old_buffers():
@@ -155,7 +155,7 @@ def test_state_dict_without_prefix_and_with_old_buffers():
     sd = {k.removeprefix("transformer."): v for k, v in hf.state_dict().items() if k != "lm_head.weight"}
     sd |= {f"h.{i}.attn.bias": torch.ones(1, 1, 32, 32) for i in range(2)}
     sd |= {f"h.{i}.attn.masked_bias": torch.tensor(-1e4) for i in range(2)}
-    model = load_hf_state_dict(GPT(config_from_hf(hf.config)), sd).eval()
+    model = load_gpt2_state_dict(GPT(config_from_gpt2(hf.config)), sd).eval()
     ids = torch.randint(0, 97, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)

@@ -13,9 +13,8 @@ from transformers import logging as hf_logging
 
 from transformerbook.interpret import attention_patterns
 from transformerbook.lm_head import GPT, GPTConfig
-from transformerbook.modern import config_from_llama, load_llama_state_dict
 from transformerbook.multihead import merge_heads, repeat_kv, split_heads
-from transformerbook.pretrained import config_from_hf, load_hf_state_dict
+from transformerbook.pretrained import config_from_gpt2, config_from_llama, load_gpt2_state_dict, load_llama_state_dict
 from transformerbook.sampling import KVCache
 
 hf_logging.set_verbosity_error()
@@ -83,7 +82,7 @@ def _hf_gpt2():
     cfg = transformers.GPT2Config(vocab_size=101, n_positions=32, n_embd=48, n_head=6, n_layer=2,
                                   attn_implementation="eager")
     hf = transformers.GPT2LMHeadModel(cfg).double().eval()
-    return hf, load_hf_state_dict(GPT(config_from_hf(hf.config)).double(), hf.state_dict()).eval()
+    return hf, load_gpt2_state_dict(GPT(config_from_gpt2(hf.config)).double(), hf.state_dict()).eval()
 
 
 def _hf_llama(kind: str, n_kv_heads: int):

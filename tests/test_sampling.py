@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from transformerbook.lm_head import GPT, GPTConfig
-from transformerbook.pretrained import config_from_hf, load_hf_state_dict
+from transformerbook.pretrained import config_from_gpt2, load_gpt2_state_dict
 from transformerbook.sampling import (KVCache, apply_temperature, generate, kv_cache_bytes, perplexity,
                                       repeated_ngram_fraction, sample_from_logits, score_continuations, top_k_filter,
                                       top_p_filter, warp_logits)
@@ -386,7 +386,7 @@ def _hf_pair(seed: int):
                      n_head=rng.choice([2, 4]), n_layer=rng.choice([1, 2]), bos_token_id=0, eos_token_id=1)
     hf = GPT2LMHeadModel(cfg).eval()
     with torch.no_grad(): hf.transformer.wte.weight.mul_(rng.choice([3.0, 6.0]))
-    return rng, hf, load_hf_state_dict(GPT(config_from_hf(hf.config)), hf.state_dict()).eval()
+    return rng, hf, load_gpt2_state_dict(GPT(config_from_gpt2(hf.config)), hf.state_dict()).eval()
 
 
 @pytest.mark.parametrize("seed", range(16))

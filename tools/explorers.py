@@ -100,20 +100,9 @@ def inside_data() -> dict:
 
 
 def attention_weights_per_head(lm, token_ids):
-    "(L, H, T, T) attention weights of every layer and head of a pre-norm GPT on `token_ids` (1, T)."
-    import torch
-    from transformerbook.attention import attention_weights
-    from transformerbook.masking import causal_mask
-    T = token_ids.shape[1]
-    out = []
-    with torch.no_grad():
-        states = lm.residual_stream(token_ids)  # n_layers + 1 tensors (1, T, D)
-        for block, x in zip(lm.blocks, states):
-            h = block.ln_1(x) if block.norm == "pre" else x  # what the block's attention reads
-            a = block.attn
-            q, k = a.split_heads(a.q_proj(h)), a.split_heads(a.k_proj(h))  # (1, H, T, Dh) each
-            out.append(attention_weights(q, k, causal_mask(T))[0])  # (H, T, T)
-    return torch.stack(out)  # (L, H, T, T)
+    "(L, H, T, T) attention weights of every layer and head of a GPT on `token_ids` (1, T), as its layers formed them."
+    from transformerbook.interpret import attention_patterns
+    return attention_patterns(lm, token_ids)[:, 0]  # (L, 1, H, T, T) -> (L, H, T, T)
 
 
 def attention_data() -> dict:
