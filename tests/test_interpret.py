@@ -311,7 +311,8 @@ def test_experiment_json_is_complete():
     res = doc["results"]
     steps = [r["step"] for r in res["snapshots"]]
     assert steps == list(range(0, res["train_config"]["max_iters"] + 1, res["every"]))
-    for row in [*res["snapshots"], res["baby"]]:
+    assert [r["step"] for r in res["llama"]] == steps
+    for row in [*res["snapshots"], *res["llama"], res["baby"]]:
         assert set(row) >= {"val_loss", "text_first", "text_second", "random_first", "random_second", *HEAD_SCORES}
 
 
@@ -320,7 +321,9 @@ def test_experiment_cheap_slice_reproduces_the_committed_numbers(tmp_path):
     committed = load_result("induction")["results"]
     every = committed["every"]
     res = _experiment().run(max_iters=every, every=every, out_dir=tmp_path, baby=False, compare_lr=False)
-    for got, want in zip(res["snapshots"], committed["snapshots"][:2]):
+    pairs = [*zip(res["snapshots"], committed["snapshots"][:2]), *zip(res["llama"], committed["llama"][:2])]
+    assert len(pairs) == 4
+    for got, want in pairs:
         assert got["step"] == want["step"]
         for key in ("val_loss", "text_first", "text_second", "random_first", "random_second"):
             assert got[key] == pytest.approx(want[key], abs=2e-3), (got["step"], key)
@@ -342,6 +345,17 @@ def test_the_committed_run_matches_the_chapter():
     assert max(map(max, slow[-1]["induction"])) < 0.05  # the baby GPT's learning rate: no induction head
     assert abs(slow[-1]["random_second"] - slow[-1]["random_first"]) < 0.1
     assert baby["text_second"] > baby["text_first"]  # the baby GPT does not copy
+
+
+def test_the_llama_style_run_matches_the_chapter():
+    "What chapter 11 states of the same budget with chapter 12's parts: lower loss, a previous-token head, no copying."
+    res = load_result("induction")["results"]
+    gpt2, llama = res["snapshots"][-1], res["llama"][-1]
+    assert llama["val_loss"] < gpt2["val_loss"] - 0.1  # better at predicting ordinary text
+    assert max(map(max, llama["previous_token"])) > 0.4  # a previous-token head forms
+    assert all(max(map(max, row["induction"])) < 0.05 for row in res["llama"])  # but no induction head, at any step
+    assert llama["random_second"] > llama["random_first"] - 0.1  # and repeated random characters are not copied
+    assert gpt2["random_second"] < gpt2["random_first"] - 0.5  # where the GPT-2-style model copies them
 
 
 def test_cached_models_reproduce_the_committed_numbers():
