@@ -142,7 +142,6 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor, # (..., D)
                ) -> Tensor: # (..., D)
         "(B, T, D) -> (B, T, F) -> (B, T, D), each position independently; `TypeError` if x's dtype is not the weights'"
-        if not isinstance(x, Tensor): raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         check_input_dtype(x, self.fc.weight)
         return self.dropout(self.proj(ACTIVATIONS[self.activation](self.fc(x))))
 
@@ -166,7 +165,6 @@ class SwiGLUFeedForward(nn.Module):
     def forward(self, x: Tensor, # (..., D)
                ) -> Tensor: # (..., D)
         "(..., D) -> (..., F) -> (..., D), each position independently; `TypeError` if x's dtype is not the weights'"
-        if not isinstance(x, Tensor): raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         check_input_dtype(x, self.w1.weight)
         return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))  # (..., F) ⊙ (..., F) -> (..., D)
 

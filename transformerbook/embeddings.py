@@ -161,10 +161,9 @@ def apply_rotary(x: Tensor, # (B, H, T, Dh) queries or keys
 
 # %% ../nbs/05_embeddings.ipynb #6686d7ad
 class RotaryEmbedding(nn.Module):
-    """Rotary position embeddings (RoPE, Su et al. 2021): queries and keys are rotated by their position's angles, so
-    q_m·k_n depends on the positions only through m - n. Holds cos/sin tables (context_length, d_head), built in
-    float64 and stored in float32 (not saved in a state dict). Raises `ValueError` for an odd d_head, and for a
-    position outside [0, context_length) when called."""
+    """Rotary position embeddings (RoPE, Su et al. 2021): q and k are rotated by their position's angles, so q_m·k_n
+    depends on the positions only through m - n. Holds cos/sin tables (context_length, d_head), built in float64, kept
+    in float32, not saved. `ValueError`: an odd d_head, or (in `forward`) a position outside [0, context_length)."""
     def __init__(self, d_head: int, # per-head width Dh (even)
                  context_length: int, # positions in the table
                  theta: float = 10000.0, # θ, the base of the frequencies (Llama 3: 500,000; Qwen3: 1,000,000)
@@ -191,8 +190,7 @@ class RotaryEmbedding(nn.Module):
     def rotate(self, q: Tensor, k: Tensor, # as in `forward`
                rotation: tuple[Tensor, Tensor], # (cos, sin) from `cos_sin`, looked up once for all layers
               ) -> tuple[Tensor, Tensor]: # rotated q and k
-        "Rotate q and k by angles already looked up (an attention layer's step; its model checked the positions)."
-        cos, sin = rotation
+        cos, sin = rotation  # an attention layer's step: its model looked the angles up once and checked the positions
         return apply_rotary(q, cos.to(q.dtype), sin.to(q.dtype)), apply_rotary(k, cos.to(k.dtype), sin.to(k.dtype))
 
     def cos_sin(self, position_ids: Tensor, # (T,) or (B, T) int64 in [0, context_length), not checked here

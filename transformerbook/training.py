@@ -330,7 +330,7 @@ def train_step(model: nn.Module, # the GPT, or the compiled / `DistributedDataPa
     for group in optimizer.param_groups: group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
     loss = _accumulate_gradients(model, token_ids, targets, train_cfg, scaler, world)
-    if world > 1: dist.all_reduce(loss, op=dist.ReduceOp.AVG)  # the loss of the global batch
+    if world > 1: dist.all_reduce(loss.div_(world))  # the mean loss of the global batch (gloo has no AVG before 2.8)
     if train_cfg.grad_clip > 0:
         scaler.unscale_(optimizer)  # clip the true gradient, not the scaled one
         torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)

@@ -142,7 +142,8 @@ def _autocast_enabled(device_type: str) -> bool:
 def check_input_dtype(x: Tensor, # a layer's input
                       weight: Tensor, # the layer's weight
                      ) -> None:
-    "Raise `TypeError` naming both dtypes if x's differs from the weights' (under autocast, torch mixes them itself)."
+    "`TypeError` unless x is a tensor of the weights' dtype, naming both (under autocast torch mixes them itself)."
+    if not isinstance(x, Tensor): raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype != weight.dtype and not _autocast_enabled(x.device.type):
         raise TypeError(f"x has dtype {x.dtype} but the weights have {weight.dtype}: convert one to the other, "
                         f"e.g. x.to({weight.dtype}) or module.to({x.dtype})")
