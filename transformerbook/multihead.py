@@ -128,6 +128,7 @@ def _call_context(mha: MultiHeadAttention, x, mask, layer_cache, context) -> Att
     if x.dim() != 3 or x.shape[-1] != mha.d_model:
         raise ValueError(f"x must have shape (B, T, d_model={mha.d_model}), got {tuple(x.shape)}")
     check_input_dtype(x, mha.q_proj.weight)
+    if mask is None and mha.rotary is None: return AttentionContext()  # the cache needs only `update` then
     T, S = x.shape[1], x.shape[1] + (len(layer_cache) if layer_cache is not None else 0)
     if mask is not None: check_mask(mask, torch.Size((x.shape[0], mha.n_heads, T, S)))
     rotation = None if mha.rotary is None else mha.rotary.cos_sin(torch.arange(S - T, S, device=x.device))
