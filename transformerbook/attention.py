@@ -1,7 +1,7 @@
 """Scaled dot-product attention from scratch: scores, a row-wise softmax, and a weighted sum of values (J&M 10.1).
 
 **In the package** (`transformerbook.attention`): `attention_weights(q, k, mask)` returns the softmax of the scaled
-scores, shape (..., T, S), and `scaled_dot_product_attention(q, k, v, mask)` the weighted sum of the values, shape
+scores, shape (..., T, S) (`masked_softmax(scores, mask)` is its last step, without the checks), and `scaled_dot_product_attention(q, k, v, mask)` the weighted sum of the values, shape
 (..., T, d_v). Inputs are float tensors with any leading batch dimensions; the optional bool `mask` broadcasts
 against (..., T, S) and is True where a query may attend. Bad shapes or dtypes raise `ValueError` or `TypeError`
 naming them.

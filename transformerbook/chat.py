@@ -6,7 +6,7 @@ language model to an assistant", which fine-tunes the book's model on it.
 `ChatTokenizer(base)` adds the chat format's special tokens (`SPECIAL_TOKENS`: a user turn, an assistant turn, the
 end of a turn; `ROLES` the two roles) to a character or GPT-2 tokenizer as ids after its vocabulary; `render_chat`
 turns a list of messages into ids and a loss mask (True on the assistant's tokens and its end-of-turn), and
-`parse_chat` reads them back.
+`parse_chat` reads them back. `check_messages` checks a conversation's shape, naming the bad message.
 
 Docs: https://transformerbook.github.io/transformerbook/chat.html.md"""
 
@@ -53,7 +53,7 @@ def render_chat(messages: list, # [{"role": "user" | "assistant", "content": str
                ) -> tuple[list[int], list[bool]]: # ids, and the loss mask (True = a token the model must learn)
     """Render messages as `<|role|> content <|end|>` for each, and mark the assistant's content and its `<|end|>`
     for the loss. `ValueError`/`TypeError` naming the message index and field for a malformed message."""
-    _check_messages(messages)
+    check_messages(messages)
     ids, mask = [], []
     for m in messages:
         content = tokenizer.encode(m["content"])
@@ -64,7 +64,7 @@ def render_chat(messages: list, # [{"role": "user" | "assistant", "content": str
     return ids, mask
 
 # %% ../nbs/chat.ipynb #905abb1d
-def _check_messages(messages) -> None:
+def check_messages(messages) -> None:
     "Messages must be a non-empty list of {'role': one of ROLES, 'content': str}; errors name the index and field."
     if not isinstance(messages, list) or not messages:
         raise TypeError(f"messages must be a non-empty list of dicts, got {type(messages).__name__} {messages!r:.60}")

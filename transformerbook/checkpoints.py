@@ -7,7 +7,7 @@ chapter 8, "Training a GPT", whose loop writes them.
 `checkpoint_file` says which file a path means; `CHECKPOINT_FORMAT`, `CHECKPOINT_VERSION`); the weights with the best
 validation loss are kept beside it (`BEST_CHECKPOINT_NAME`, `best_file`), and `load_model` / `model_file` prefer them
 for a run folder. A resumed run's settings come from `resume_config` (only the `RESUMABLE` settings may change). An
-unusable checkpoint raises `CheckpointError`.
+unusable checkpoint raises `CheckpointError`. `check_resumable` checks that a checkpoint can resume this model, and `first_line(e)` is an error's one-line summary.
 
 Docs: https://transformerbook.github.io/transformerbook/checkpoints.html.md"""
 
@@ -32,8 +32,8 @@ from .tokenization import tokenizer_from_dict
 
 # %% auto #0
 __all__ = ['CHECKPOINT_NAME', 'BEST_CHECKPOINT_NAME', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'RESUMABLE', 'CheckpointError',
-           'checkpoint_file', 'best_file', 'save_checkpoint', 'load_checkpoint', 'model_file', 'load_model',
-           'resume_config']
+           'checkpoint_file', 'best_file', 'save_checkpoint', 'load_checkpoint', 'first_line', 'model_file',
+           'load_model', 'resume_config', 'check_resumable']
 
 # %% ../nbs/checkpoints.ipynb #50bc577e
 class CheckpointError(ValueError):
@@ -119,7 +119,7 @@ def load_checkpoint(path: str | Path, # a checkpoint file or a run folder
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise CheckpointError(f"cannot read checkpoint {path} (corrupt or truncated?): {_first_line(e)}") from e
+        raise CheckpointError(f"cannot read checkpoint {path} (corrupt or truncated?): {first_line(e)}") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a transformerbook checkpoint")
     if ckpt.get("version") != CHECKPOINT_VERSION:
@@ -129,7 +129,7 @@ def load_checkpoint(path: str | Path, # a checkpoint file or a run folder
     if missing: raise CheckpointError(f"{path} lacks {missing}")
     return ckpt
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     "`Type: first line of the message` (just the type if the message is empty), for one-line errors."
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
@@ -158,7 +158,7 @@ def load_model(path: str | Path, # a checkpoint file, or a run folder (its best 
         model.load_state_dict(ckpt["model"])
     except (ValueError, RuntimeError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint {checkpoint_file(path)} does not match this code's model: "
-                              f"{_first_line(e)}") from e
+                              f"{first_line(e)}") from e
     tokenizer = None
     if ckpt["tokenizer"] is not None:
         try:
@@ -167,7 +167,7 @@ def load_model(path: str | Path, # a checkpoint file, or a run folder (its best 
             raise  # a data problem, not a checkpoint problem: keep its own message (how to get the files)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(f"checkpoint {checkpoint_file(path)} holds a tokenizer this code cannot rebuild: "
-                                  f"{_first_line(e)}") from e
+                                  f"{first_line(e)}") from e
     return model.to(device).eval(), tokenizer
 
 # %% ../nbs/checkpoints.ipynb #01d188d9
@@ -194,7 +194,7 @@ def resume_config(saved: dict, # the checkpoint's `train_config`
                               f"= {diff}); only {list(RESUMABLE)} may change")
     return TrainConfig.from_dict({**old, **changes})
 
-def _check_resumable(ckpt: dict, model: GPT, tokenizer, path: Path) -> None:
+def check_resumable(ckpt: dict, model: GPT, tokenizer, path: Path) -> None:
     "`CheckpointError` unless the checkpoint holds optimizer state for this model and tokenizer."
     if ckpt["model_config"] != model.config.to_dict():
         diff = {k: (v, model.config.to_dict().get(k)) for k, v in ckpt["model_config"].items()

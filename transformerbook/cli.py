@@ -29,7 +29,7 @@ from .data import (DataUnavailableError, ChecksumError, load_tinyshakespeare, tr
 from .lm_head import GPT, GPTConfig
 from .tokenization import CharTokenizer, TiktokenGPT2
 from .checkpoints import BEST_CHECKPOINT_NAME, CHECKPOINT_NAME, RESUMABLE, CheckpointError
-from .checkpoints import _first_line, checkpoint_file, load_checkpoint, load_model, model_file
+from .checkpoints import first_line, checkpoint_file, load_checkpoint, load_model, model_file
 from .checkpoints import resume_config
 from .corpus import DATASETS, PREPARED_META, check_splits, load_dataset, load_prepared, prepare_data
 from .recipes import DTYPES, PRESETS, TrainConfig, bits_per_byte, fit_warmup, outside_reference
@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None, # arguments without the program name; No
     except RuntimeError as e:
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()): raise
         # under torchrun, a collective fails when another process of the job died
-        print(f"error: a process of the distributed job stopped ({_first_line(e)}); the last checkpoint is kept "
+        print(f"error: a process of the distributed job stopped ({first_line(e)}); the last checkpoint is kept "
               f"(resume with torchrun ... --resume)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

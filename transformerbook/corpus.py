@@ -6,7 +6,7 @@ page of chapter 8, "Training a GPT", which trains on them.
 `load_dataset` (the names in `DATASETS`) returns a tokenizer and the training and validation token ids;
 `prepare_data` / `load_prepared` tokenize a corpus of any size once into memory-mapped token files (`PREPARED_META`
 beside them); `get_batch` draws (B, T) windows with their shifted targets; `pack_documents` packs
-`<|endoftext|>`-separated documents into full windows; `check_splits` checks both splits before a run.
+`<|endoftext|>`-separated documents into full windows; `check_splits` checks both splits before a run. `is_integer_tensor` says whether ids have an integer dtype.
 
 Docs: https://transformerbook.github.io/transformerbook/corpus.html.md"""
 
@@ -65,14 +65,14 @@ def _window(data, start: int, length: int) -> Tensor:
 
 
 # %% ../nbs/corpus.ipynb #a985419a
-def _is_integer_tensor(x) -> bool:
+def is_integer_tensor(x) -> bool:
     "True for a tensor of an integer dtype (not float, complex or bool)."
     return isinstance(x, Tensor) and not (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool)
 
 def _check_token_ids(data) -> None:
     "`TypeError` unless `data` is a 1-D integer tensor or numpy array; `ValueError` for another shape."
     if isinstance(data, np.ndarray): ok = np.issubdtype(data.dtype, np.integer)
-    else: ok = _is_integer_tensor(data)
+    else: ok = is_integer_tensor(data)
     if not ok:
         got = getattr(data, 'dtype', type(data).__name__)
         raise TypeError(f"data must be an integer tensor of token ids, got {got}")

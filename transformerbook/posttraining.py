@@ -40,7 +40,7 @@ from .finetune import IGNORE_INDEX
 from .lm_head import GPT, GPTConfig
 from .model_cache import run_dir
 from .sampling import generate
-from .chat import SPECIAL_TOKENS, ChatTokenizer, _check_messages, render_chat
+from .chat import SPECIAL_TOKENS, ChatTokenizer, check_messages, render_chat
 from .checkpoints import load_model, save_checkpoint
 from .training import cross_entropy_loss, shakespeare_model
 from .validation import check_choice, check_instance, check_positive_int, check_positive_number
@@ -471,7 +471,7 @@ def read_jsonl(path, # a JSONL file
             missing = [f for f in _JSONL_FIELDS[method] if not isinstance(rec, dict) or f not in rec]
             if missing: raise ValueError(f"{path}, line {n}: missing field {missing[0]!r}")
             try:
-                _check_messages(rec["messages"] if method == "sft" else rec["prompt"])
+                check_messages(rec["messages"] if method == "sft" else rec["prompt"])
                 for f in ("chosen", "rejected")[:2 if method == "dpo" else 0]:
                     if not isinstance(rec[f], str): raise ValueError(f"field {f!r} must be a str")
             except (ValueError, TypeError) as e:

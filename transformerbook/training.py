@@ -39,9 +39,9 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from .checkpoints import (CHECKPOINT_NAME, _check_resumable, best_file, load_checkpoint, load_model,
+from .checkpoints import (CHECKPOINT_NAME, check_resumable, best_file, load_checkpoint, load_model,
                                          resume_config, save_checkpoint)
-from .corpus import _is_integer_tensor, check_splits, get_batch, load_dataset
+from .corpus import is_integer_tensor, check_splits, get_batch, load_dataset
 from .lm_head import GPT, GPTConfig, eval_mode
 from .model_cache import run_dir
 from .recipes import DTYPES, TrainConfig, new_run_config, preset_configs
@@ -68,7 +68,7 @@ def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores ove
     positions. Matches `torch.nn.functional.cross_entropy(logits.flatten(0, -2), targets.flatten())`.
     Raises `TypeError` if `targets` is not an integer tensor, `ValueError` if the shapes do not line up or a kept
     target lies outside [0, V)."""
-    if not _is_integer_tensor(targets):
+    if not is_integer_tensor(targets):
         raise TypeError(f"targets must be an integer tensor of token ids, got dtype {targets.dtype}")
     targets = targets.long()
     if logits.dim() < 1 or logits.shape[:-1] != targets.shape:
@@ -210,7 +210,7 @@ def _run_config(model: GPT, train_cfg: TrainConfig, ckpt_path: Path | None, toke
         return train_cfg, None
     if ckpt_path is None: raise ValueError("resume=True needs out_dir (where the checkpoint is)")
     ckpt = load_checkpoint(ckpt_path)
-    _check_resumable(ckpt, model, tokenizer, ckpt_path)
+    check_resumable(ckpt, model, tokenizer, ckpt_path)
     return resume_config(ckpt["train_config"], train_cfg.to_dict(), ckpt_path), ckpt
 
 # %% ../nbs/08_training.ipynb #d0feefc4
