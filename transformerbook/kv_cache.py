@@ -107,6 +107,11 @@ class KVCache:
     def __getitem__(self, i: int) -> LayerKVCache: return self.layers[i]
     def __len__(self) -> int: return len(self.layers[0])
 
+    def reorder(self, rows: Tensor) -> None: # (B',) int64 on the cache's device, each in [0, B)
+        "Row i of every layer becomes old row rows[i] (beam search re-ranks its beams); rows may repeat or drop rows."
+        for l in self.layers:
+            if l._k is not None: l._k, l._v = l._k.index_select(0, rows), l._v.index_select(0, rows)
+
     @property
     def n_bytes(self) -> int:
         "Bytes of the cached keys and values: 2 · n_layers · B · S · n_kv_heads · d_head · bytes per element."

@@ -433,7 +433,7 @@ def _extend_beams(beams: Tensor, # (K, L) int64, the running beams
                   beam_scores: Tensor, # (K,) their summed log-probabilities
                   log_probs: Tensor, # (K, V) next-token log-probabilities of each beam
                   generator: torch.Generator | None = None, # draw the candidates instead of taking the best
-                 ) -> tuple[Tensor, Tensor]: # (2K, L + 1) candidate sequences, best first; (2K,) scores
+                 ) -> tuple[Tensor, Tensor, Tensor]: # (2K, L + 1) candidates, best first; (2K,) scores; (2K,) parents
     "Step 1 of beam search: 2K one-token extensions of the K beams, the best or drawn without replacement, ranked."
     K, V = log_probs.shape
     scores = (beam_scores[:, None] + log_probs).flatten()  # (K·V,) score of every one-token extension
@@ -442,7 +442,16 @@ def _extend_beams(beams: Tensor, # (K, L) int64, the running beams
         cand = torch.multinomial(scores.softmax(-1), 2 * K, generator=generator)  # (2K,) drawn without replacement
         cand_scores, rank = scores[cand].sort(descending=True)  # ranked: "the first K" are the best K drawn
         cand = cand[rank]
-    return torch.cat([beams[cand // V], (cand % V)[:, None]], dim=1), cand_scores  # beam + its new token
+    return torch.cat([beams[cand // V], (cand % V)[:, None]], dim=1), cand_scores, cand // V  # beam + its new token
+
+def _beam_log_probs(model: nn.Module, beams: Tensor, # (K, L) int64, the running beams
+                    cache: KVCache | None, # holds the beams' first L - 1 tokens (none before the first step)
+                   ) -> tuple[Tensor, KVCache | None]: # (K, V) next-token log P, and the cache for the next step
+    "The newest token of each beam against the cache (the whole prompt at first), or the last C tokens from scratch."
+    if cache is not None and beams.shape[1] <= model.config.context_length:
+        logits = model(beams if len(cache) == 0 else beams[:, -1:], kv_cache=cache)[:, -1]  # (K, V)
+    else: logits, cache = model(beams[:, -model.config.context_length:])[:, -1], None  # past the window: no cache
+    return logits.float().log_softmax(-1), cache
 
 # %% ../nbs/07_sampling.ipynb #dd569767
 @torch.no_grad()
@@ -454,6 +463,7 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
                 eos_token_id: int | None = None, # a beam that emits it is finished
                 early_stopping: bool | str = False, # False (heuristic), True (stop at K finished) or "never"
                 generator: torch.Generator | None = None, # draw the candidates, not the best (stochastic beam)
+                use_kv_cache: bool = True, # feed one token per beam per step (False: the whole window each step)
                ) -> tuple[Tensor, float]: # (P + n,) int64 prompt and continuation, and its score_α (nats per token^α)
     """Beam search with a length penalty, step for step as Hugging Face's `generate(num_beams=K, do_sample=False)`
     (with a `generator`: as `do_sample=True`, drawing the 2K candidates without replacement).
@@ -467,15 +477,17 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
     beams, beam_scores = ids.expand(K, -1), torch.full((K,), -1e9, device=ids.device)  # (K, P) prompt copies, (K,)
     beam_scores[0] = 0.0  # only beam 0 is real at the start
     finished = _Finished(K)
+    cache = KVCache(model.config.n_layers, min(ids.shape[1] + max_new_tokens - 1, C)) if use_kv_cache else None
     with eval_mode(model):  # no dropout while searching
         for n in range(1, max_new_tokens + 1):
-            log_probs = model(beams[:, -C:])[:, -1].float().log_softmax(-1)  # (K, V) next-token log P of each beam
-            seqs, cand_scores = _extend_beams(beams, beam_scores, log_probs, generator)  # step 1: (2K, P + n), (2K,)
+            log_probs, cache = _beam_log_probs(model, beams, cache)  # (K, V) next-token log P of each beam
+            seqs, cand_scores, parent = _extend_beams(beams, beam_scores, log_probs, generator)  # step 1: (2K, P + n)
             ends = torch.full((2 * K,), n == max_new_tokens, device=ids.device)  # (2K,) bool
             if eos_token_id is not None: ends |= seqs[:, -1] == eos_token_id
             finished.add(seqs[:K][ends[:K]], cand_scores[:K][ends[:K]] / n ** length_penalty)  # step 2
             live = torch.topk(cand_scores.masked_fill(ends, -1e9), K).indices  # (K,) step 3
             beams, beam_scores = seqs[live], cand_scores[live]
+            if cache is not None: cache.reorder(parent[live])  # row i of the cache now holds beam i's keys and values
             if ends.all() or finished.done(beam_scores[0], n, max_new_tokens, length_penalty, early_stopping):
                 break  # step 4
     return finished.seqs[0], finished.scores[0].item()
