@@ -459,3 +459,81 @@ def test_self_bleu():
     assert self_bleu([texts[0]] * 4) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="at least two"): self_bleu(texts[:1])
     with pytest.raises(ValueError, match="n=0"): self_bleu(texts, 0)
+
+
+# --- beam search with a KV cache ------------------------------------------------------------------------------------
+
+_BEAM_STYLES = {"gpt2": dict(),
+                "llama-gqa": dict(positional="rotary", normalization="rms", activation="swiglu", n_kv_heads=2,
+                                  bias=False),
+                "qwen3-mqa-qknorm": dict(positional="rotary", normalization="rms", activation="swiglu", n_kv_heads=1,
+                                         qk_norm=True, bias=False)}
+
+
+@pytest.mark.parametrize("style", list(_BEAM_STYLES))
+def test_cached_beam_search_equals_uncached(style):
+    "Same sequence and score with and without the cache: EOS, α, every early_stopping, windows that slide past C."
+    from transformerbook.sampling import beam_search
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=12, context_length=8, d_model=32, n_heads=4, n_layers=2,
+                          **_BEAM_STYLES[style])).double().eval()
+    g, lengths = torch.Generator().manual_seed(1), set()
+    for trial in range(12):
+        prompt = torch.randint(2, 12, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g).tolist()
+        kw = dict(max_new_tokens=[3, 9, 14][trial % 3], num_beams=[2, 3, 4][trial % 3 - 1],
+                  length_penalty=[0.0, 1.0, 2.0, -1.0][trial % 4], early_stopping=[False, True, "never"][trial % 3],
+                  eos_token_id=None)
+        if trial % 4 != 3:  # EOS: a token the model likes here, greedy decoding's third
+            kw["eos_token_id"] = beam_search(model, prompt, 3, 1, use_kv_cache=False)[0][-1].item()
+        seq, score = beam_search(model, prompt, **kw)
+        seq0, score0 = beam_search(model, prompt, use_kv_cache=False, **kw)
+        assert seq.tolist() == seq0.tolist(), (trial, kw)
+        assert math.isclose(score, score0, rel_tol=1e-12, abs_tol=1e-12), (trial, score, score0)
+        lengths.add((len(seq) - len(prompt) < kw["max_new_tokens"], len(seq) > 8))
+    assert (True, False) in lengths or (True, True) in lengths  # some beams ended at EOS
+    assert (False, True) in lengths or (True, True) in lengths  # some windows slid past context_length
+
+
+def test_kv_cache_reorder_follows_the_rows():
+    "reorder(rows) keeps row rows[i] of every layer as row i, repeats allowed; later updates append after it."
+    cache = KVCache(2, max_length=4)
+    ks = [torch.randn(3, 2, 2, 4) for _ in range(2)]
+    for layer, k in zip(cache.layers, ks): layer.update(k, -k)
+    cache.reorder(torch.tensor([2, 0, 2]))
+    for layer, k in zip(cache.layers, ks):
+        torch.testing.assert_close(layer.k, k[[2, 0, 2]], rtol=0, atol=0)
+        torch.testing.assert_close(layer.v, -k[[2, 0, 2]], rtol=0, atol=0)
+    new = torch.randn(3, 2, 1, 4)
+    k_all, _ = cache[0].update(new, new)
+    torch.testing.assert_close(k_all, torch.cat([ks[0][[2, 0, 2]], new], dim=2), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("n_kv_heads", [2, 4])
+def test_cached_beam_search_equals_hugging_face_llama(n_kv_heads):
+    "Same tokens as LlamaForCausalLM.generate(num_beams=K, do_sample=False) on a random float64 Llama, with the cache."
+    import random
+
+    import transformers
+    from transformers.utils import logging as hf_logging
+
+    from transformerbook.pretrained import config_from_llama, load_llama_state_dict
+    from transformerbook.sampling import beam_search
+    hf_logging.set_verbosity_error()
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=24, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=n_kv_heads, max_position_embeddings=64, rms_norm_eps=1e-5, attn_implementation="eager",
+        bos_token_id=0, eos_token_id=1, pad_token_id=1)).double().eval()
+    with torch.no_grad(): hf.model.embed_tokens.weight.mul_(30.0)  # sharper: EOS is picked in some trials
+    ours = load_llama_state_dict(GPT(config_from_llama(hf.config)).double(), hf.state_dict()).eval()
+    rng, ended = random.Random(n_kv_heads), 0
+    for trial in range(10):
+        prompt = [rng.randrange(2, 24) for _ in range(rng.randint(1, 6))]
+        kw = dict(max_new_tokens=rng.randint(4, 16), num_beams=rng.choice([2, 3, 4]),
+                  length_penalty=rng.choice([0.0, 1.0, 2.0]), early_stopping=rng.choice([False, True, "never"]))
+        expected = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                               do_sample=False, eos_token_id=1, pad_token_id=1, **kw)[0]
+        got, _ = beam_search(ours, prompt, eos_token_id=1, **kw)
+        assert got.tolist() == expected.tolist(), (trial, kw)
+        ended += len(got) < len(prompt) + kw["max_new_tokens"]
+    assert ended, "no trial ended at EOS: the comparison never exercised finished hypotheses"

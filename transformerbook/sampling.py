@@ -30,11 +30,13 @@ from .lm_head import eval_mode
 from .masking import make_padding_mask
 from .validation import (check_ids, check_in_interval, check_int_in_range, check_nonnegative_int,
                                         check_positive_int, check_positive_ints, check_positive_number)
+from .kv_cache import KVCache, LayerKVCache, kv_cache_bytes  # noqa: F401  (re-exported)
+
 
 # %% auto #0
-__all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'LayerKVCache', 'KVCache',
-           'kv_cache_bytes', 'generate', 'encode_continuations', 'token_log_probs', 'score_continuations',
-           'repeated_ngram_fraction', 'self_bleu', 'perplexity', 'beam_search']
+__all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'generate',
+           'encode_continuations', 'token_log_probs', 'score_continuations', 'repeated_ngram_fraction', 'self_bleu',
+           'perplexity', 'beam_search']
 
 # %% ../nbs/07_sampling.ipynb #8c673759
 def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that must not be drawn
@@ -135,115 +137,6 @@ def _warp(logits: Tensor, temperature: float, top_k: int | None, top_p: float | 
     if top_k is not None: logits = _keep_top_k(logits, top_k)
     if top_p is not None: logits = _keep_top_p(logits, top_p)
     return logits
-
-# %% ../nbs/07_sampling.ipynb #b0b711ad
-def _grown_buffers(k: Tensor | None, v: Tensor | None, # the old (B, H, capacity, Dh) buffers; None while empty
-                   length: int, # positions cached in them
-                   like: Tensor, # new keys (B, H, T, Dh): give B, H, Dh, dtype and device of the new buffers
-                   needed: int, # positions the new buffers must hold at least
-                   max_length: int | None, # the cache's reservation
-                  ) -> tuple[Tensor, Tensor]: # (B, H, capacity, Dh) key and value buffers, first `length` filled
-    "Buffers of max(needed, max_length, twice the old capacity) positions, with the `length` cached ones copied in."
-    B, H, _, Dh = like.shape
-    capacity = max(needed, max_length or 0, 2 * (0 if k is None else k.shape[2]))
-    new_k, new_v = like.new_empty(B, H, capacity, Dh), like.new_empty(B, H, capacity, Dh)
-    if length:
-        new_k[:, :, :length], new_v[:, :, :length] = k[:, :, :length], v[:, :, :length]
-    return new_k, new_v
-
-# %% ../nbs/07_sampling.ipynb #kvcode01
-class LayerKVCache:
-    """Keys and values of one attention layer during generation (CS182 KV-cache slides), in buffers allocated ahead.
-
-    `update(k, v)` writes the new positions after the cached ones and returns views of all of them: nothing already
-    cached is copied. The buffers are allocated at the first update (its B, H, Dh, dtype and device) with room for
-    `max_length` positions; a cache that outgrows them moves to buffers twice as long, so an unknown final length
-    still costs O(1) copies per position on average. `k` and `v` are (B, H, S, Dh) views of the cached keys and
-    values (None before the first update), `capacity` the positions the buffers hold before they must grow."""
-    def __init__(self, max_length: int | None = None): # positions to reserve; None = those of the first update
-        if max_length is not None: check_positive_int("max_length", max_length)
-        self.max_length, self.length = max_length, 0  # length: positions cached so far, S
-        self._k = self._v = None  # (B, H, capacity, Dh) each from the first update; positions length.. are unused
-
-    def __len__(self) -> int: return self.length
-
-    @property
-    def k(self) -> Tensor | None: return None if self._k is None else self._k[:, :, :self.length]
-    @property
-    def v(self) -> Tensor | None: return None if self._v is None else self._v[:, :, :self.length]
-    @property
-    def capacity(self) -> int: return 0 if self._k is None else self._k.shape[2]
-
-    def update(self,
-               k: Tensor, # (B, H, T, Dh) keys of the T new positions
-               v: Tensor, # (B, H, T, Dh) their values
-              ) -> tuple[Tensor, Tensor]: # all cached keys and values, each (B, H, S, Dh) with S = previous length + T
-        """Write k and v after the cached positions and return views of every cached key and value. Raises
-        `TypeError` if k or v is not a tensor, and `ValueError` naming the shapes if they are not 4-D, differ from each
-        other, or do not match the cache's (B, H, ·, Dh), dtype or device; the cache is then left unchanged."""
-        _check_kv_update(self._k, self.length, k, v)  # before anything is written
-        start, end = self.length, self.length + k.shape[2]
-        if end > self.capacity: self._k, self._v = _grown_buffers(self._k, self._v, start, k, end, self.max_length)
-        self._k[:, :, start:end] = k  # (B, H, T, Dh) into positions start..end-1 of (B, H, capacity, Dh)
-        self._v[:, :, start:end] = v
-        self.length = end
-        return self._k[:, :, :end], self._v[:, :, :end]  # views: (B, H, S, Dh)
-
-# %% ../nbs/07_sampling.ipynb #kvcheck1
-def _check_kv_update(buffer: Tensor | None, # a LayerKVCache's (B, H, capacity, Dh) key buffer, None while empty
-                     length: int, # the positions it caches
-                     k, v) -> None: # the new keys and values, (B, H, T, Dh) each
-    "Raise `TypeError`/`ValueError` naming the shapes, dtypes and devices unless k and v fit the cache."
-    for name, t in (("k", k), ("v", v)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape (B, H, T, Dh), got {type(t).__name__}")
-    if k.dim() != 4 or k.shape != v.shape or k.dtype != v.dtype or k.device != v.device:
-        raise ValueError(f"k and v must both be (B, H, T, Dh) with one dtype and device, got k {tuple(k.shape)} "
-                         f"{k.dtype} on {k.device} and v {tuple(v.shape)} {v.dtype} on {v.device}")
-    if buffer is not None:
-        B, H, _, Dh = buffer.shape
-        if (k.shape[0], k.shape[1], k.shape[3]) != (B, H, Dh) or k.dtype != buffer.dtype or k.device != buffer.device:
-            raise ValueError(f"the cache holds (B, H, S, Dh) = {(B, H, length, Dh)} {buffer.dtype} on {buffer.device}, "
-                             f"but the new keys are {tuple(k.shape)} {k.dtype} on {k.device}: B, H, Dh, dtype and "
-                             f"device must match (start a new cache for a different batch or model)")
-
-# %% ../nbs/07_sampling.ipynb #kvcode06
-class KVCache:
-    """One `LayerKVCache` per transformer layer, the `kv_cache` a `GPT` fills; `len(cache)` is the number of cached
-    positions. `max_length` reserves that many positions in every layer (`generate` reserves what its loop will
-    cache)."""
-    def __init__(self, n_layers: int, # one cache per block
-                 max_length: int | None = None, # positions to reserve per layer; None = grow as needed
-                ):
-        check_positive_int("n_layers", n_layers)
-        self.layers = [LayerKVCache(max_length) for _ in range(n_layers)]
-
-    def __getitem__(self, i: int) -> LayerKVCache: return self.layers[i]
-    def __len__(self) -> int: return len(self.layers[0])
-
-    @property
-    def n_bytes(self) -> int:
-        "Bytes of the cached keys and values: 2 · n_layers · B · S · n_kv_heads · d_head · bytes per element."
-        return sum(t.numel() * t.element_size() for l in self.layers for t in (l.k, l.v) if t is not None)
-
-    @property
-    def n_bytes_reserved(self) -> int:
-        "Bytes of the buffers, used or not (`n_bytes` once every reserved position is filled)."
-        return sum(t.untyped_storage().nbytes() for l in self.layers for t in (l._k, l._v) if t is not None)
-
-# %% ../nbs/07_sampling.ipynb #cac67dc3
-def kv_cache_bytes(config, # a `GPTConfig` (uses n_layers, n_kv_heads and d_head)
-                   n_tokens: int, # T, cached positions per sequence
-                   batch_size: int = 1, # B
-                   dtype: torch.dtype = torch.float32, # element type of the cached keys and values
-                  ) -> int: # bytes
-    """Memory of a full KV cache: 2 · n_layers · B · T · n_kv_heads · d_head · bytes per element (keys and values of
-    every layer); = 2 · n_layers · B · T · d_model for multi-head attention, n_heads / n_kv_heads times less with
-    GQA."""
-    check_nonnegative_int("n_tokens", n_tokens)
-    check_nonnegative_int("batch_size", batch_size)
-    width = config.n_kv_heads * config.d_head  # keys (and values) per token per layer; d_model without GQA
-    return 2 * config.n_layers * batch_size * n_tokens * width * torch.empty((), dtype=dtype).element_size()
 
 # %% ../nbs/07_sampling.ipynb #44bccee2
 def _position_ids(mask: Tensor, # (B, S) bool, True = real token
@@ -540,7 +433,7 @@ def _extend_beams(beams: Tensor, # (K, L) int64, the running beams
                   beam_scores: Tensor, # (K,) their summed log-probabilities
                   log_probs: Tensor, # (K, V) next-token log-probabilities of each beam
                   generator: torch.Generator | None = None, # draw the candidates instead of taking the best
-                 ) -> tuple[Tensor, Tensor]: # (2K, L + 1) candidate sequences, best first; (2K,) scores
+                 ) -> tuple[Tensor, Tensor, Tensor]: # (2K, L + 1) candidates, best first; (2K,) scores; (2K,) parents
     "Step 1 of beam search: 2K one-token extensions of the K beams, the best or drawn without replacement, ranked."
     K, V = log_probs.shape
     scores = (beam_scores[:, None] + log_probs).flatten()  # (K·V,) score of every one-token extension
@@ -549,7 +442,16 @@ def _extend_beams(beams: Tensor, # (K, L) int64, the running beams
         cand = torch.multinomial(scores.softmax(-1), 2 * K, generator=generator)  # (2K,) drawn without replacement
         cand_scores, rank = scores[cand].sort(descending=True)  # ranked: "the first K" are the best K drawn
         cand = cand[rank]
-    return torch.cat([beams[cand // V], (cand % V)[:, None]], dim=1), cand_scores  # beam + its new token
+    return torch.cat([beams[cand // V], (cand % V)[:, None]], dim=1), cand_scores, cand // V  # beam + its new token
+
+def _beam_log_probs(model: nn.Module, beams: Tensor, # (K, L) int64, the running beams
+                    cache: KVCache | None, # holds the beams' first L - 1 tokens (none before the first step)
+                   ) -> tuple[Tensor, KVCache | None]: # (K, V) next-token log P, and the cache for the next step
+    "The newest token of each beam against the cache (the whole prompt at first), or the last C tokens from scratch."
+    if cache is not None and beams.shape[1] <= model.config.context_length:
+        logits = model(beams if len(cache) == 0 else beams[:, -1:], kv_cache=cache)[:, -1]  # (K, V)
+    else: logits, cache = model(beams[:, -model.config.context_length:])[:, -1], None  # past the window: no cache
+    return logits.float().log_softmax(-1), cache
 
 # %% ../nbs/07_sampling.ipynb #dd569767
 @torch.no_grad()
@@ -561,6 +463,7 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
                 eos_token_id: int | None = None, # a beam that emits it is finished
                 early_stopping: bool | str = False, # False (heuristic), True (stop at K finished) or "never"
                 generator: torch.Generator | None = None, # draw the candidates, not the best (stochastic beam)
+                use_kv_cache: bool = True, # feed one token per beam per step (False: the whole window each step)
                ) -> tuple[Tensor, float]: # (P + n,) int64 prompt and continuation, and its score_α (nats per token^α)
     """Beam search with a length penalty, step for step as Hugging Face's `generate(num_beams=K, do_sample=False)`
     (with a `generator`: as `do_sample=True`, drawing the 2K candidates without replacement).
@@ -574,15 +477,17 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
     beams, beam_scores = ids.expand(K, -1), torch.full((K,), -1e9, device=ids.device)  # (K, P) prompt copies, (K,)
     beam_scores[0] = 0.0  # only beam 0 is real at the start
     finished = _Finished(K)
+    cache = KVCache(model.config.n_layers, min(ids.shape[1] + max_new_tokens - 1, C)) if use_kv_cache else None
     with eval_mode(model):  # no dropout while searching
         for n in range(1, max_new_tokens + 1):
-            log_probs = model(beams[:, -C:])[:, -1].float().log_softmax(-1)  # (K, V) next-token log P of each beam
-            seqs, cand_scores = _extend_beams(beams, beam_scores, log_probs, generator)  # step 1: (2K, P + n), (2K,)
+            log_probs, cache = _beam_log_probs(model, beams, cache)  # (K, V) next-token log P of each beam
+            seqs, cand_scores, parent = _extend_beams(beams, beam_scores, log_probs, generator)  # step 1: (2K, P + n)
             ends = torch.full((2 * K,), n == max_new_tokens, device=ids.device)  # (2K,) bool
             if eos_token_id is not None: ends |= seqs[:, -1] == eos_token_id
             finished.add(seqs[:K][ends[:K]], cand_scores[:K][ends[:K]] / n ** length_penalty)  # step 2
             live = torch.topk(cand_scores.masked_fill(ends, -1e9), K).indices  # (K,) step 3
             beams, beam_scores = seqs[live], cand_scores[live]
+            if cache is not None: cache.reorder(parent[live])  # row i of the cache now holds beam i's keys and values
             if ends.all() or finished.done(beam_scores[0], n, max_new_tokens, length_penalty, early_stopping):
                 break  # step 4
     return finished.seqs[0], finished.scores[0].item()
