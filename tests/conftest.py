@@ -103,3 +103,10 @@ def chrome():
         browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="session")
+def book(tmp_path_factory):
+    "The whole book's site, built once per session (test_site.build_book): (output folder, page names, nbs folder)."
+    import test_site
+    return test_site.build_book(tmp_path_factory)

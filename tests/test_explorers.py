@@ -9,7 +9,7 @@ to another host blocked, the seeded sample is `live.sample_text`'s, the page sho
 phone-sized page with the CPU throttled 4x still answers, and a blocked WebAssembly file shows the precomputed view.
 The keystroke-to-update latency for 200-character texts is printed (run with `-s`).
 
-The site is built from the seven chapters that hold an explorer (saved outputs, no execution). Screenshots of each
+The site is the whole book's, built once per session (conftest's `book`, shared with test_site.py). Screenshots of each
 explorer go to `_build/screenshots/explorers/`.
 """
 from __future__ import annotations
@@ -17,8 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import shutil
-import subprocess
 import sys
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -150,20 +148,9 @@ def test_diagrams_are_drawn_from_their_source(tmp_path):
 # ------------------------------------------------------------------------------------------ the site
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    "The site built from the seven chapters with explorers (explorer data from the book's cache, computed once)."
-    tmp = tmp_path_factory.mktemp("explorer-site")
-    nbs = tmp / "nbs"
-    (nbs / "figures").mkdir(parents=True)
-    for stem in CHAPTERS.values():
-        shutil.copy2(ROOT / "nbs" / f"{stem}.ipynb", nbs)
-    for svg in (ROOT / "nbs" / "figures").glob("*.svg"):
-        shutil.copy2(svg, nbs / "figures")
-    out = tmp / "_site"
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "build_site.py"), "--nbs", str(nbs), "--out", str(out),
-                           "--build", str(tmp / "_build")], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, f"site build failed:\n{done.stdout}\n{done.stderr}"
-    return out
+def site(book):
+    "The book's site (conftest's session build, shared with test_site.py), which holds the chapters with explorers."
+    return book[0]
 
 
 class QuietHandler(SimpleHTTPRequestHandler):

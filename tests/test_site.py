@@ -66,9 +66,9 @@ def make_lettered_chapter():
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
 
 
-@pytest.fixture(scope="session")
-def book(tmp_path_factory):
-    "The built site: (output folder, page names in toctree order), built from nbs/ + the sample chapter."
+def build_book(tmp_path_factory):
+    """The built site: (output folder, page names in toctree order), built from nbs/ + the sample chapter. Built once
+    per session by conftest's `book` fixture, which test_explorers.py reads too (one site build, not two)."""
     tmp = tmp_path_factory.mktemp("site")
     nbs = tmp / "nbs"
     shutil.copytree(ROOT / "nbs", nbs, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
