@@ -108,6 +108,13 @@
     return `Not in the model's alphabet of 65 characters: ${named.join(", ")}. Remove ${enc.bad.length > 1 ? "them" : "it"} to see the model's answer.`;
   }
 
+  function showBad(root, message, text, enc) {
+    // A text the model cannot read: say why, and record it on the explorer for the tests.
+    message.textContent = badMessage(enc);
+    root.dataset.text = text;
+    root.dataset.error = message.textContent;
+  }
+
   function whyNot(err) {
     if (location.protocol === "file:") {
       return "The model does not run in a page opened from a file: browsers do not start WebAssembly modules from " +
@@ -239,11 +246,7 @@
         draw();
         root.dataset.text = text;
         root.dataset.latencyMs = (performance.now() - t0).toFixed(2);
-      }, (text, enc) => {
-        message.textContent = badMessage(enc);
-        root.dataset.text = text;
-        root.dataset.error = message.textContent;
-      });
+      }, (text, enc) => showBad(root, message, text, enc));
       box.addEventListener("input", (e) => { delete root.dataset.error; follow(box.value, e.timeStamp || performance.now()); });
       [temp, topk, topp].forEach((c) => c.addEventListener("input", draw));
 
@@ -427,11 +430,7 @@
                  lensTop, lensProb });
         root.dataset.text = text;
         root.dataset.latencyMs = (performance.now() - t0).toFixed(2);
-      }, (text, enc) => {
-        message.textContent = badMessage(enc);
-        root.dataset.text = text;
-        root.dataset.error = message.textContent;
-      });
+      }, (text, enc) => showBad(root, message, text, enc));
       box.addEventListener("input", (e) => { delete root.dataset.error; follow(box.value, e.timeStamp || performance.now()); });
       repeat.addEventListener("click", () => {
         const chars = Array.from(box.value).slice(-Math.floor(model.info.context_length / 2));
