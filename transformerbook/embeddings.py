@@ -186,11 +186,11 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"position {position_ids.max().item()} is beyond the rotary table's "
                              f"context_length={self.context_length}: crop the sequence or build a longer table")
         return self.rotate(q, k, self.cos_sin(position_ids))
-
     def rotate(self, q: Tensor, k: Tensor, # as in `forward`
                rotation: tuple[Tensor, Tensor], # (cos, sin) from `cos_sin`, looked up once for all layers
               ) -> tuple[Tensor, Tensor]: # rotated q and k
-        cos, sin = rotation  # an attention layer's step: its model looked the angles up once and checked the positions
+        "q and k turned by angles already looked up (Su et al. 2021 eq. 34): an attention layer's step, unchecked."
+        cos, sin = rotation
         return apply_rotary(q, cos.to(q.dtype), sin.to(q.dtype)), apply_rotary(k, cos.to(k.dtype), sin.to(k.dtype))
 
     def cos_sin(self, position_ids: Tensor, # (T,) or (B, T) int64 in [0, context_length), not checked here
