@@ -1,6 +1,7 @@
 /* transformerbook live explorers: the book's own trained models, run in the page by ONNX Runtime Web (WebAssembly,
  * one thread), on whatever the reader types. No network: the runtime (`_static/ort/`) and the models
- * (`_static/live/<name>.onnx` + `.json`) are the site's own files, written by `tools/live_assets.py`; the models are
+ * (`_static/live/<name>.onnx.gz` + `.json`) are the site's own files, written by `tools/live_assets.py` (the binary
+ * runtime and the models gzip-compressed, decompressed here by the browser's DecompressionStream); the models are
  * `transformerbook.live.export_onnx`'s graphs of the package's own functions (logits, `interpret.attention_patterns`,
  * `lm_head.logit_lens`), checked against them in tests/test_live.py (ONNX Runtime in Python) and
  * tests/test_explorers.py (this page in Chromium).
@@ -39,6 +40,15 @@
   }
 
   // ------------------------------------------------------------------------------- the runtime and a model
+  /** The bytes of one of the site's gzip-compressed files (`_static/<path>.gz`), decompressed by the browser's own
+   * DecompressionStream: the runtime and the models travel compressed from any server, or none (`make serve`). */
+  async function fetchGzipped(path) {
+    if (typeof DecompressionStream !== "function") throw new Error("this browser has no DecompressionStream");
+    const response = await fetch(STATIC + path + ".gz");
+    if (!response.ok) throw new Error(`the file _static/${path}.gz could not be loaded (HTTP ${response.status})`);
+    return new Uint8Array(await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).arrayBuffer());
+  }
+
   let ortPromise = null;
   function loadRuntime() {
     if (!ortPromise) {
@@ -53,10 +63,11 @@
         s.onload = () => (window.ort ? resolve(window.ort) : reject(new Error("ONNX Runtime Web did not start")));
         s.onerror = () => reject(new Error("the runtime's file _static/ort/ort.wasm.min.js could not be loaded"));
         document.head.append(s);
-      }).then((ort) => {
+      }).then(async (ort) => {
         ort.env.wasm.numThreads = 1;  // no SharedArrayBuffer needed; the same arithmetic on every machine
         ort.env.wasm.proxy = false;
-        ort.env.wasm.wasmPaths = STATIC + "ort/";
+        ort.env.wasm.wasmPaths = STATIC + "ort/";  // where the .mjs that instantiates the binary is
+        ort.env.wasm.wasmBinary = await fetchGzipped("ort/ort-wasm-simd-threaded.wasm");
         return ort;
       });
     }
@@ -68,7 +79,7 @@
     const response = await fetch(STATIC + `live/${name}.json`);
     if (!response.ok) throw new Error(`the model's file live/${name}.json is missing (HTTP ${response.status})`);
     const info = await response.json();
-    const session = await ort.InferenceSession.create(STATIC + `live/${info.onnx}`,
+    const session = await ort.InferenceSession.create(await fetchGzipped(`live/${info.onnx}`),
       { executionProviders: ["wasm"], graphOptimizationLevel: "all" });
     const stoi = new Map(info.alphabet.map((c, i) => [c, i]));
     let queue = Promise.resolve();
@@ -365,9 +376,11 @@
           })))));
       // Logit lens: the top guess for the next character after each block, at the last positions
       const nPos = Math.min(T, 16), first = T - nPos;
-      const lens = el("table", { tabindex: 0, class: "tbx-table tbx-lens" },
-        el("caption", { text: "Logit lens: the top guess for the next character read after each block (rows), " +
-                              `at the last ${nPos} positions (columns); the top row is the model's own answer` }),
+      // its caption is a paragraph above the table: a <caption> is as wide as its table and scrolls away with it
+      const lensCaption = el("p", { class: "tbx-caption", id: "tbx-lens-caption",
+        text: "Logit lens: the top guess for the next character read after each block (rows), " +
+              `at the last ${nPos} positions (columns); the top row is the model's own answer` });
+      const lens = el("table", { tabindex: 0, class: "tbx-table tbx-lens", "aria-labelledby": "tbx-lens-caption" },
         el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "input" }),
           chars.slice(first).map((c) => el("th", { scope: "col", class: "tbx-token", text: show(c) })))),
         el("tbody", {}, [...Array(L + 1).keys()].reverse().map((k) => el("tr", { "data-block": k },
@@ -385,7 +398,7 @@
           scoreTable("previous-token", "tbx-prev", prev, "Previous-token score: mean weight on the character just before"),
           scoreTable("induction", "tbx-ind", ind, half ? `Induction score (the text is one string of ${half} characters twice)`
                                                       : "Induction score: press “Repeat my text” (needs a text written twice)")),
-        lens);
+        lensCaption, lens);
       root.tbResult = Object.assign(root.tbResult || {}, { text: r.text, T, attention: r.attention, prev, ind, period: half });
     };
   }
