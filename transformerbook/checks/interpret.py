@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..interpret import first_token_score, induction_score, previous_token_score
 
 # %% auto #0
@@ -121,41 +121,36 @@ def check_first_token_score(my_first_token_score) -> None:
         assert_tensors_close(got, expected, name=what, hint=hint)
 
 # %% ../../nbs/checks/11_interpret.ipynb #c8d11fee
+@known_wrong(check_previous_token_score, "main diagonal", hint="the query's own token")
 def _prev_main_diagonal(weights): return weights.diagonal(dim1=-2, dim2=-1).mean(-1)
+@known_wrong(check_previous_token_score, "divides by T", hint="not by T")
 def _prev_divide_by_T(weights): return weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / weights.shape[-1]
+@known_wrong(check_previous_token_score, "sums", hint="do not sum")
 def _prev_sum(weights): return weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1)
+@known_wrong(check_previous_token_score, "averages the leading axes away", hint="keep the leading axes")
 def _prev_all_axes(weights): return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean()
 
+@known_wrong(check_first_token_score, "query 0 included", hint="leave out query 0")
 def _first_with_query_0(weights): return weights[..., :, 0].mean(-1)
+@known_wrong(check_first_token_score, "row instead of column", hint="the column")
 def _first_row_not_column(weights): return weights[..., 0, 1:].mean(-1)
+@known_wrong(check_first_token_score, "sums", hint="do not sum")
 def _first_sum(weights): return weights[..., 1:, 0].sum(-1)
 
+@known_wrong(check_induction_score, "previous occurrence", hint="duplicate-token head")
 def _ind_previous_occurrence(weights, period):
     q = torch.arange(period, weights.shape[-1])
     return weights[..., q, q - period].mean(-1)
 
+@known_wrong(check_induction_score, "first copy included", hint="starts at query L")
 def _ind_from_first_copy(weights, period):
     q = torch.arange(period - 1, weights.shape[-1])
     return weights[..., q, q - period + 1].mean(-1)
 
+@known_wrong(check_induction_score, "sums", hint="do not sum")
 def _ind_sum(weights, period):
     q = torch.arange(period, weights.shape[-1])
     return weights[..., q, q - period + 1].sum(-1)
 
-META_CASES = [
-    MetaCase(check_previous_token_score, previous_token_score,
-             {"main diagonal": _prev_main_diagonal, "divides by T": _prev_divide_by_T, "sums": _prev_sum,
-              "averages the leading axes away": _prev_all_axes},
-             hints={"main diagonal": "the query's own token", "divides by T": "not by T", "sums": "do not sum",
-                    "averages the leading axes away": "keep the leading axes"}),
-    MetaCase(check_first_token_score, first_token_score,
-             {"query 0 included": _first_with_query_0, "row instead of column": _first_row_not_column,
-              "sums": _first_sum},
-             hints={"query 0 included": "leave out query 0", "row instead of column": "the column",
-                    "sums": "do not sum"}),
-    MetaCase(check_induction_score, induction_score,
-             {"previous occurrence": _ind_previous_occurrence, "first copy included": _ind_from_first_copy,
-              "sums": _ind_sum},
-             hints={"previous occurrence": "duplicate-token head", "first copy included": "starts at query L",
-                    "sums": "do not sum"}),
-]
+META_CASES = meta_cases({check_previous_token_score: previous_token_score, check_first_token_score: first_token_score,
+                         check_induction_score: induction_score})

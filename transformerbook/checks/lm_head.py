@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..lm_head import GPT, GPTConfig
 
 # %% auto #0
@@ -72,17 +72,21 @@ def _count_params(config: GPTConfig) -> int:
     n = V * D + (config.context_length * D if config.positional == "learned" else 0) + config.n_layers * block
     return n + (layer_norm if config.norm == "pre" else 0) + (0 if config.tie_weights else V * D)
 
+@known_wrong(check_count_params, "no position embeddings", hint="position embeddings missing")
 def _count_no_positions(config):  # forgets the learned position table
     return _count_params(config) - (config.context_length * config.d_model if config.positional == "learned" else 0)
 
+@known_wrong(check_count_params, "tied matrix counted twice", hint="counted twice")
 def _count_tied_twice(config):  # always counts a separate head matrix
     return _count_params(config) + (config.vocab_size * config.d_model if config.tie_weights else 0)
 
+@known_wrong(check_count_params, "no LayerNorm parameters", hint="LayerNorm parameters missing")
 def _count_no_layer_norms(config):  # forgets every LayerNorm's γ and β
     D, b = config.d_model, int(config.bias)
     n_norms = 2 * config.n_layers + (config.norm == "pre")
     return _count_params(config) - n_norms * (D + b * D)
 
+@known_wrong(check_count_params, "no biases", hint="biases missing")
 def _count_no_biases(config):  # forgets the linear layers' biases
     D, F = config.d_model, config.d_ff
     return _count_params(config) - (config.n_layers * (4 * D + F + D) if config.bias else 0)
@@ -132,15 +136,19 @@ def check_tie_weights(tie_weights) -> None:
 def _tie_weights(model):
     model.lm_head.weight = model.embeddings.token.weight
 
+@known_wrong(check_tie_weights, "copied values", hint="holds a copy of E")
 def _tie_by_copy(model):  # copies values: two tensors
     with torch.no_grad(): model.lm_head.weight.copy_(model.embeddings.token.weight)
 
+@known_wrong(check_tie_weights, "new Parameter", hint="different Parameter")
 def _tie_new_parameter(model):  # shares storage, but two Parameter objects
     model.lm_head.weight = nn.Parameter(model.embeddings.token.weight.data)
 
+@known_wrong(check_tie_weights, "transposed E", hint="not E.T")
 def _tie_transposed(model):  # E.T has shape (D, V)
     model.lm_head.weight = nn.Parameter(model.embeddings.token.weight.T)
 
+@known_wrong(check_tie_weights, "position table", hint="position-embedding table")
 def _tie_positions(model):  # the wrong matrix
     model.lm_head.weight = model.embeddings.position.weight
 
@@ -181,30 +189,18 @@ def check_lens_probs(lens_probs) -> None:
 def _lens_probs(model, h):
     return model.lm_head(model.ln_f(h)).softmax(dim=-1)
 
+@known_wrong(check_lens_probs, "skips ln_f", hint="normalise h with model.ln_f")
 def _lens_no_ln_f(model, h):  # skips the final LayerNorm
     return model.lm_head(h).softmax(dim=-1)
 
+@known_wrong(check_lens_probs, "softmax over positions", hint="runs over the positions")
 def _lens_wrong_axis(model, h):  # softmax over positions
     return model.lm_head(model.ln_f(h)).softmax(dim=1)
 
+@known_wrong(check_lens_probs, "logits, not probabilities", hint="you returned the logits")
 def _lens_logits(model, h):  # forgets the softmax
     return model.lm_head(model.ln_f(h))
 
 # %% ../../nbs/checks/06_lm_head.ipynb #e00c3b50
-META_CASES = [
-    MetaCase(check_count_params, _count_params, {"no position embeddings": _count_no_positions,
-                                                 "tied matrix counted twice": _count_tied_twice,
-                                                 "no LayerNorm parameters": _count_no_layer_norms,
-                                                 "no biases": _count_no_biases},
-             hints={"no position embeddings": "position embeddings missing",
-                    "tied matrix counted twice": "counted twice",
-                    "no LayerNorm parameters": "LayerNorm parameters missing", "no biases": "biases missing"}),
-    MetaCase(check_tie_weights, _tie_weights, {"copied values": _tie_by_copy, "new Parameter": _tie_new_parameter,
-                                               "transposed E": _tie_transposed, "position table": _tie_positions},
-             hints={"copied values": "holds a copy of E", "new Parameter": "different Parameter",
-                    "transposed E": "not E.T", "position table": "position-embedding table"}),
-    MetaCase(check_lens_probs, _lens_probs, {"skips ln_f": _lens_no_ln_f, "softmax over positions": _lens_wrong_axis,
-                                             "logits, not probabilities": _lens_logits},
-             hints={"skips ln_f": "normalise h with model.ln_f", "softmax over positions": "runs over the positions",
-                    "logits, not probabilities": "you returned the logits"}),
-]
+META_CASES = meta_cases({check_count_params: _count_params, check_tie_weights: _tie_weights,
+                         check_lens_probs: _lens_probs})

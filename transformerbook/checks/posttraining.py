@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..finetune import IGNORE_INDEX
 from ..lm_head import GPT, GPTConfig
 from ..posttraining import dpo_loss, response_logprobs, sft_targets
@@ -178,20 +178,18 @@ def check_frontier_reading(fn: Callable, # fn(points [{"method", "kl", "reward"}
         raise AssertionError(f"at a KL budget of {budget} nats you chose {got!r}, expected {want!r}. Hint: {hint}")
 
 # %% ../../nbs/checks/13_posttraining.ipynb #d7d355ac
-META_CASES = [
-    MetaCase(check_sft_targets, reference=_sft_reference,
-             wrong={"unshifted mask": _sft_unshifted_mask, "no mask": _sft_no_mask, "no shift": _sft_no_shift},
-             hints={"unshifted mask": "first answer token", "no mask": "user's text", "no shift": "NEXT token"}),
-    MetaCase(check_dpo_loss, reference=_dpo_reference,
-             wrong={"sign": _dpo_sign, "no reference": _dpo_no_reference, "no beta": _dpo_no_beta},
-             hints={"sign": "sign error", "no reference": "reference model is missing", "no beta": "beta is missing"}),
-    MetaCase(check_policy_logprobs, reference=_logprobs_reference,
-             wrong={"frozen policy": _logprobs_frozen, "mean": _logprobs_mean},
-             hints={"frozen policy": "stay at ln 2", "mean": "not a mean"}),
-    MetaCase(check_lora_forward, reference=_lora_reference,
-             wrong={"no alpha/r": _lora_no_scale, "alpha only": _lora_alpha_only},
-             hints={"no alpha/r": "missing its scale alpha / rank", "alpha only": "not alpha"}),
-    MetaCase(check_frontier_reading, reference=_frontier_reference,
-             wrong={"ignores KL": _frontier_ignores_kl, "lowest KL": _frontier_lowest_kl},
-             hints={"ignores KL": "not affordable", "lowest KL": "HIGHEST reward"}),
-]
+known_wrong(check_sft_targets, "unshifted mask", hint="first answer token", answer=_sft_unshifted_mask)
+known_wrong(check_sft_targets, "no mask", hint="user's text", answer=_sft_no_mask)
+known_wrong(check_sft_targets, "no shift", hint="NEXT token", answer=_sft_no_shift)
+known_wrong(check_dpo_loss, "sign", hint="sign error", answer=_dpo_sign)
+known_wrong(check_dpo_loss, "no reference", hint="reference model is missing", answer=_dpo_no_reference)
+known_wrong(check_dpo_loss, "no beta", hint="beta is missing", answer=_dpo_no_beta)
+known_wrong(check_policy_logprobs, "frozen policy", hint="stay at ln 2", answer=_logprobs_frozen)
+known_wrong(check_policy_logprobs, "mean", hint="not a mean", answer=_logprobs_mean)
+known_wrong(check_lora_forward, "no alpha/r", hint="missing its scale alpha / rank", answer=_lora_no_scale)
+known_wrong(check_lora_forward, "alpha only", hint="not alpha", answer=_lora_alpha_only)
+known_wrong(check_frontier_reading, "ignores KL", hint="not affordable", answer=_frontier_ignores_kl)
+known_wrong(check_frontier_reading, "lowest KL", hint="HIGHEST reward", answer=_frontier_lowest_kl)
+META_CASES = meta_cases({check_sft_targets: _sft_reference, check_dpo_loss: _dpo_reference,
+                         check_policy_logprobs: _logprobs_reference, check_lora_forward: _lora_reference,
+                         check_frontier_reading: _frontier_reference})

@@ -18,7 +18,7 @@ import math
 import torch
 from torch import Tensor
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..corpus import pack_documents
 from ..recipes import TrainConfig
 from ..training import cross_entropy_loss, lr_at
@@ -179,30 +179,36 @@ def check_lr_schedule(lr_schedule) -> None:
                                  f"is {out:.6g}, expected {expected:.6g}. Hint: {hint}.")
 
 # %% ../../nbs/checks/08_training.ipynb #86c4b308
+@known_wrong(check_lm_loss, "targets not shifted", hint="the targets are not shifted")
 def _loss_unshifted(logits, token_ids, pad_id):
     "Wrong: position t scored against its own token."
     return cross_entropy_loss(logits, token_ids.masked_fill(token_ids == pad_id, -100), ignore_index=-100)
 
+@known_wrong(check_lm_loss, "pads averaged in", hint="padded positions are counted")
 def _loss_with_pads(logits, token_ids, pad_id):
     "Wrong: padded targets are averaged in."
     return cross_entropy_loss(logits[:, :-1], token_ids[:, 1:])
 
+@known_wrong(check_lm_loss, "ignore_index=0 hard-coded", hint="do not hard-code 0")
 def _loss_ignores_zero(logits, token_ids, pad_id):
     "Wrong: ignore_index=0 hard-coded instead of pad_id."
     return cross_entropy_loss(logits[:, :-1], token_ids[:, 1:], ignore_index=0)
 
+@known_wrong(check_lm_loss, "softmax over positions", hint="softmax runs over the wrong axis")
 def _loss_wrong_axis(logits, token_ids, pad_id):
     "Wrong: log-softmax over the positions axis."
     keep = token_ids[:, 1:] != pad_id
     nll = -torch.log_softmax(logits, dim=1)[:, :-1].gather(-1, token_ids[:, 1:, None]).squeeze(-1)
     return (nll * keep).sum() / keep.sum()
 
+@known_wrong(check_pack, "no separators", hint="put eos_token_id after every document")
 def _pack_no_separators(documents, context_length, eos_token_id):
     "Wrong: documents run into each other."
     stream = [t for d in documents for t in d]
     n = len(stream) // context_length
     return torch.tensor(stream[:n * context_length], dtype=torch.long).view(n, context_length)
 
+@known_wrong(check_pack, "eos only between documents", hint="the last full window is missing")
 def _pack_between_only(documents, context_length, eos_token_id):
     "Wrong: eos only between documents, none after the last."
     stream = []
@@ -210,16 +216,19 @@ def _pack_between_only(documents, context_length, eos_token_id):
     n = len(stream) // context_length
     return torch.tensor(stream[:n * context_length], dtype=torch.long).view(n, context_length)
 
+@known_wrong(check_pack, "drops an exact last window", hint="the last full window is missing")
 def _pack_drops_exact_last(documents, context_length, eos_token_id):
     "Wrong: `range(0, len - T, T)` loses the last window when the length is an exact multiple of T."
     stream = [t for d in documents for t in [*d, eos_token_id]]
     rows = [stream[i:i + context_length] for i in range(0, len(stream) - context_length, context_length)]
     return torch.tensor(rows, dtype=torch.long).view(len(rows), context_length)
 
+@known_wrong(check_pack, "separator 0 hard-coded", hint="you used 0 as the separator")
 def _pack_zero_separator(documents, context_length, eos_token_id):
     "Wrong: 0 hard-coded as the separator."
     return pack_documents(documents, context_length, 0)
 
+@known_wrong(check_pack, "pads the last window", hint="keep only full windows")
 def _pack_pads_last(documents, context_length, eos_token_id):
     "Wrong: the partial last window is kept, padded with eos."
     stream = [t for d in documents for t in [*d, eos_token_id]]
@@ -227,18 +236,22 @@ def _pack_pads_last(documents, context_length, eos_token_id):
     stream += [eos_token_id] * (n * context_length - len(stream))
     return torch.tensor(stream, dtype=torch.long).view(n, context_length)
 
+@known_wrong(check_lr_schedule, "no warm-up", hint="there is no warm-up")
 def _lr_no_warmup(step, cfg):
     "Wrong: starts at the peak."
     return lr_at(step, TrainConfig(**{**cfg.to_dict(), "warmup_iters": 0, "lr_decay_iters": cfg.decay_iters}))
 
+@known_wrong(check_lr_schedule, "decays to zero", hint="down to min_lr, not to 0")
 def _lr_to_zero(step, cfg):
     "Wrong: the cosine decays to 0, not min_lr."
     return lr_at(step, TrainConfig(**{**cfg.to_dict(), "min_lr": 0.0}))
 
+@known_wrong(check_lr_schedule, "warm-up from zero", hint="step 0 already gets a small positive rate")
 def _lr_warmup_from_zero(step, cfg):
     "Wrong: warm-up lr·s/W, so step 0 trains with rate 0."
     return cfg.learning_rate * step / cfg.warmup_iters if step < cfg.warmup_iters else lr_at(step, cfg)
 
+@known_wrong(check_lr_schedule, "cosine one step late", hint="the cosine is one step late")
 def _lr_late_cosine(step, cfg):
     "Wrong: the cosine's ratio is off by one step."
     if cfg.warmup_iters <= step < cfg.decay_iters:
@@ -247,27 +260,4 @@ def _lr_late_cosine(step, cfg):
     return lr_at(step, cfg)
 
 # %% ../../nbs/checks/08_training.ipynb #5c486fe1
-META_CASES = [
-    MetaCase(check_lm_loss, lm_loss_reference,
-             {"targets not shifted": _loss_unshifted, "pads averaged in": _loss_with_pads,
-              "softmax over positions": _loss_wrong_axis, "ignore_index=0 hard-coded": _loss_ignores_zero},
-             hints={"targets not shifted": "the targets are not shifted",
-                    "pads averaged in": "padded positions are counted",
-                    "softmax over positions": "softmax runs over the wrong axis",
-                    "ignore_index=0 hard-coded": "do not hard-code 0"}),
-    MetaCase(check_pack, pack_documents,
-             {"no separators": _pack_no_separators, "eos only between documents": _pack_between_only,
-              "drops an exact last window": _pack_drops_exact_last, "pads the last window": _pack_pads_last,
-              "separator 0 hard-coded": _pack_zero_separator},
-             hints={"no separators": "put eos_token_id after every document",
-                    "eos only between documents": "the last full window is missing",
-                    "drops an exact last window": "the last full window is missing",
-                    "pads the last window": "keep only full windows",
-                    "separator 0 hard-coded": "you used 0 as the separator"}),
-    MetaCase(check_lr_schedule, lr_at,
-             {"no warm-up": _lr_no_warmup, "decays to zero": _lr_to_zero, "warm-up from zero": _lr_warmup_from_zero,
-              "cosine one step late": _lr_late_cosine},
-             hints={"no warm-up": "there is no warm-up", "decays to zero": "down to min_lr, not to 0",
-                    "warm-up from zero": "step 0 already gets a small positive rate",
-                    "cosine one step late": "the cosine is one step late"}),
-]
+META_CASES = meta_cases({check_lm_loss: lm_loss_reference, check_pack: pack_documents, check_lr_schedule: lr_at})
