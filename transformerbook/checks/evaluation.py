@@ -117,6 +117,13 @@ def _classify_argmin(model, tok, prompt, cands):
     scores = score_candidates(model, tok, prompt, cands)
     return scores, int(scores.argmin())
 
+known_wrong(check_classify_by_likelihood, "same position", hint="position t-1",
+            answer=_wrong_classifier("same position"))
+known_wrong(check_classify_by_likelihood, "with prompt", hint="prompt's own log-probability",
+            answer=_wrong_classifier("with prompt"))
+known_wrong(check_classify_by_likelihood, "mean", hint="asks for the sum", answer=_wrong_classifier("mean"))
+known_wrong(check_classify_by_likelihood, "no prompt", hint="without the prompt", answer=_wrong_classifier("no prompt"))
+
 # %% ../../nbs/checks/11a_evaluation.ipynb #09365166
 _TRAIN = ("The quality of mercy is not strained; it droppeth as the gentle rain from heaven upon the place beneath. "
           "It is twice blest: it blesseth him that gives and him that takes.")
@@ -166,6 +173,11 @@ def check_contaminated(fn, # fn(train_text, examples, n=13) -> list[bool]
     raise AssertionError(f"yours {got}, expected {expected} for the examples {[e[:30] + '...' for e in _EXAMPLES]}. "
                          f"Hint: {hint}.")
 
+known_wrong(check_contaminated, "no normalisation", hint="lower-case the words", answer=_no_normalisation)
+known_wrong(check_contaminated, "n-1", hint="(n-1)-grams", answer=_n_minus_one)
+known_wrong(check_contaminated, "whole example", hint="single shared", answer=_whole_example)
+known_wrong(check_contaminated, "characters", hint="not of characters", answer=_char_ngrams)
+
 # %% ../../nbs/checks/11a_evaluation.ipynb #29107f7a
 def _epochs_reference(n_tokens, weight, n_training_tokens): return epochs_elapsed(n_tokens, weight, n_training_tokens)
 def _epochs_inverse(n_tokens, weight, n_training_tokens): return n_tokens / (weight * n_training_tokens)
@@ -191,19 +203,10 @@ def check_epochs(fn, # fn(n_tokens, weight, n_training_tokens) -> float, passes 
                         "epochs = weight x n_training_tokens / n_tokens")
             raise AssertionError(f"{name}: yours {got!r}, expected {want:.4f}. Hint: {hint}.")
 
-# %% ../../nbs/checks/11a_evaluation.ipynb #320dc19c
-known_wrong(check_classify_by_likelihood, "same position", hint="position t-1",
-            answer=_wrong_classifier("same position"))
-known_wrong(check_classify_by_likelihood, "with prompt", hint="prompt's own log-probability",
-            answer=_wrong_classifier("with prompt"))
-known_wrong(check_classify_by_likelihood, "mean", hint="asks for the sum", answer=_wrong_classifier("mean"))
-known_wrong(check_classify_by_likelihood, "no prompt", hint="without the prompt", answer=_wrong_classifier("no prompt"))
-known_wrong(check_contaminated, "no normalisation", hint="lower-case the words", answer=_no_normalisation)
-known_wrong(check_contaminated, "n-1", hint="(n-1)-grams", answer=_n_minus_one)
-known_wrong(check_contaminated, "whole example", hint="single shared", answer=_whole_example)
-known_wrong(check_contaminated, "characters", hint="not of characters", answer=_char_ngrams)
 known_wrong(check_epochs, "inverse", hint="divided the source", answer=_epochs_inverse)
 known_wrong(check_epochs, "no weight", hint="forgot the weight", answer=_epochs_no_weight)
 known_wrong(check_epochs, "weight of the source", hint="run's", answer=_epochs_weight_only)
+
+# %% ../../nbs/checks/11a_evaluation.ipynb #320dc19c
 META_CASES = meta_cases({check_classify_by_likelihood: _classify_reference, check_contaminated: _contaminated_reference,
                          check_epochs: _epochs_reference})

@@ -220,46 +220,35 @@ def _merge_drops_last(ids, pair, new_id):
 
 def _train_reference(text, vocab_size): return BasicBPETokenizer().train(text, vocab_size).merges
 
+def _train_variant(text, vocab_size, ids=None, pick=most_frequent_pair, apply_merges=True, stop=True):
+    "The BPE training loop with one step changed: the ids it starts from, how it picks a pair, applying, stopping."
+    ids, merges = list(text.encode("utf-8")) if ids is None else ids, {}
+    for new_id in range(256, vocab_size):
+        counts = get_pair_counts(ids)
+        if stop and not counts: break
+        pair = pick(counts)
+        ids, merges[pair] = merge(ids, pair, new_id) if apply_merges else ids, new_id
+    return merges
+
 @known_wrong(check_train_bpe, "ties go to the pair seen first", hint="not to the pair seen first")
 def _train_first_seen(text, vocab_size):
     "Breaks ties by the pair seen first (minbpe's `max(counts, key=counts.get)`), not the smallest pair."
-    ids, merges = list(text.encode("utf-8")), {}
-    for new_id in range(256, vocab_size):
-        counts = get_pair_counts(ids)
-        if not counts: break
-        pair = max(counts, key=counts.get)
-        ids, merges[pair] = merge(ids, pair, new_id), new_id
-    return merges
+    return _train_variant(text, vocab_size, pick=lambda counts: max(counts, key=counts.get))
 
 @known_wrong(check_train_bpe, "never applies the merges", hint="never apply the merges")
 def _train_never_merges(text, vocab_size):
     "Counts the original bytes every step without applying the merges, so the same pair wins every time."
-    ids, merges = list(text.encode("utf-8")), {}
-    for new_id in range(256, vocab_size):
-        counts = get_pair_counts(ids)
-        if not counts: break
-        merges[most_frequent_pair(counts)] = new_id
-    return merges
+    return _train_variant(text, vocab_size, apply_merges=False)
 
 @known_wrong(check_train_bpe, "characters instead of bytes", hint="not on characters")
 def _train_characters(text, vocab_size):
     "Starts from characters' code points instead of UTF-8 bytes."
-    ids, merges = [ord(c) for c in text], {}
-    for new_id in range(256, vocab_size):
-        counts = get_pair_counts(ids)
-        if not counts: break
-        pair = most_frequent_pair(counts)
-        ids, merges[pair] = merge(ids, pair, new_id), new_id
-    return merges
+    return _train_variant(text, vocab_size, ids=[ord(c) for c in text])
 
 @known_wrong(check_train_bpe, "does not stop", hint="stop when no pairs are left")
 def _train_no_stop(text, vocab_size):
     "Does not stop when the text has become a single token."
-    ids, merges = list(text.encode("utf-8")), {}
-    for new_id in range(256, vocab_size):
-        pair = most_frequent_pair(get_pair_counts(ids))
-        ids, merges[pair] = merge(ids, pair, new_id), new_id
-    return merges
+    return _train_variant(text, vocab_size, stop=False)
 
 def _decode_reference(ids, vocab): return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
 @known_wrong(check_decode, "decodes token by token", hint="join the bytes of all tokens first")
