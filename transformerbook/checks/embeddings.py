@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
+from .core import (assert_tensors_close, call_learner, check_against_reference, checker,
+                                          diagnose, known_wrong, meta_cases)
 from ..embeddings import cosine_similarity, position_rotation_matrix, sinusoidal_positional_encoding
 
 # %% auto #0
@@ -80,13 +81,10 @@ def _sinusoidal_mistakes(T: int, d_model: int) -> dict[str, Tensor]:
 def check_sinusoidal_encoding(encode: Callable, # encode(T, d_model) -> (T, d_model) float
                              ) -> None:
     "Compare the reader's encoding with notes eqs. 19.8-19.9 (`sinusoidal_positional_encoding`) for two sizes."
-    for T, d_model in ((12, 8), (5, 16)):
-        out = call_learner(encode, T, d_model, what="encode")
-        hint = diagnose(out, _sinusoidal_mistakes(T, d_model),
-                         "PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(t / 10000^(2i/d)), t = 0..T-1.",
-                         atol=1e-4)
-        assert_tensors_close(out, sinusoidal_positional_encoding(T, d_model), f"encode({T}, {d_model})",
-                             atol=1e-4, hint=hint)
+    check_against_reference(encode, sinusoidal_positional_encoding, [(12, 8), (5, 16)], what="encode",
+                            name=lambda T, d_model: f"encode({T}, {d_model})", mistakes=_sinusoidal_mistakes,
+                            hint="PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(t / 10000^(2i/d)), t = 0..T-1.",
+                            atol=1e-4)
 
 # %% ../../nbs/checks/05_embeddings.ipynb #252e003d
 @checker("Exercise 5.3 — the offset-k rotation M_k")

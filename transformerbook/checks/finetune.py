@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
+from .core import call_learner, check_against_reference, checker, known_wrong, meta_cases
 from ..finetune import IGNORE_INDEX, SequenceClassifier, finetune_classifier, mlm_corrupt
 from ..lm_head import GPT, GPTConfig
 
@@ -186,14 +186,15 @@ def _mean_over_T(h, padding_mask): return (h * padding_mask[..., None]).sum(1) /
 def check_masked_mean(fn: Callable, # fn(h (B, T, D) float, padding_mask (B, T) bool) -> (B, D)
                      ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
     "Check `fn` against the mean over each row's real positions; name the mistake when it is a known one."
-    h, padding_mask = _mean_case()
-    got = call_learner(fn, h.clone(), padding_mask.clone(), what="fn(h, padding_mask)")
-    mistakes = {"average only the real positions (padding_mask True), not all T.": _mean_of_all(h, padding_mask),
-                "a mean, not a sum: divide by the number of real positions.": _mean_sum(h, padding_mask),
-                "divide by each row's number of real positions (padding_mask.sum(1)), not by T.":
-                    _mean_over_T(h, padding_mask)}
-    hint = diagnose(got, mistakes, "weight each position by padding_mask, sum over T, divide by the real count.")
-    assert_tensors_close(got, _mean_reference(h, padding_mask), name="masked mean", hint=hint)
+    check_against_reference(fn, _mean_reference, [_mean_case()], what="fn(h, padding_mask)", name="masked mean",
+                            mistakes=lambda h, padding_mask: {
+                                "average only the real positions (padding_mask True), not all T.":
+                                    _mean_of_all(h, padding_mask),
+                                "a mean, not a sum: divide by the number of real positions.":
+                                    _mean_sum(h, padding_mask),
+                                "divide by each row's number of real positions (padding_mask.sum(1)), not by T.":
+                                    _mean_over_T(h, padding_mask)},
+                            hint="weight each position by padding_mask, sum over T, divide by the real count.")
 
 # %% ../../nbs/checks/11b_finetune.ipynb #4366fb44
 known_wrong(check_masked_mean, "all positions", hint="average only the real positions", answer=_mean_of_all)

@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
+from .core import (assert_tensors_close, call_learner, check_against_reference, checker,
+                                          diagnose, known_wrong, meta_cases)
 from ..finetune import IGNORE_INDEX
 from ..lm_head import GPT, GPTConfig
 from ..posttraining import dpo_loss, response_logprobs, sft_targets
@@ -155,14 +156,15 @@ def check_lora_forward(fn: Callable, # fn(x (N, in), weight (out, in), bias (out
                       ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
     "Check `fn` against W₀x + b + (α/r)·BAx with a non-zero B at ranks 2 and 8; name the mistake."
     g = torch.Generator().manual_seed(0)
-    for rank, alpha in ((2, 16.0), (8, 4.0)):
-        args = (torch.randn(5, 12, generator=g), torch.randn(6, 12, generator=g), torch.randn(6, generator=g),
-                torch.randn(rank, 12, generator=g), torch.randn(6, rank, generator=g), alpha, rank)
-        got = call_learner(fn, *args, what=f"fn(..., alpha={alpha}, rank={rank})")
-        hint = diagnose(got, {"the update is missing its scale alpha / rank.": _lora_no_scale(*args),
-                              "scale by alpha / rank, not alpha.": _lora_alpha_only(*args)},
-                        "y = x W₀ᵀ + b + (alpha / rank) · x Aᵀ Bᵀ.")
-        assert_tensors_close(got, _lora_reference(*args), name=f"output at rank {rank}", hint=hint)
+    cases = [(torch.randn(5, 12, generator=g), torch.randn(6, 12, generator=g), torch.randn(6, generator=g),
+              torch.randn(rank, 12, generator=g), torch.randn(6, rank, generator=g), alpha, rank)
+             for rank, alpha in ((2, 16.0), (8, 4.0))]
+    check_against_reference(fn, _lora_reference, cases, hint="y = x W₀ᵀ + b + (alpha / rank) · x Aᵀ Bᵀ.",
+                            what=lambda *args: f"fn(..., alpha={args[-2]}, rank={args[-1]})",
+                            name=lambda *args: f"output at rank {args[-1]}",
+                            mistakes=lambda *args: {"the update is missing its scale alpha / rank.":
+                                                        _lora_no_scale(*args),
+                                                    "scale by alpha / rank, not alpha.": _lora_alpha_only(*args)})
 
 known_wrong(check_lora_forward, "no alpha/r", hint="missing its scale alpha / rank", answer=_lora_no_scale)
 known_wrong(check_lora_forward, "alpha only", hint="not alpha", answer=_lora_alpha_only)

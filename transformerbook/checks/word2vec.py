@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
+from .core import call_learner, check_against_reference, checker, known_wrong, meta_cases
 
 # %% auto #0
 __all__ = ['META_CASES', 'check_negative_sampling_loss', 'check_pair_count', 'check_noise_shares']
@@ -60,14 +60,9 @@ def _ns_mistakes(model, centers, contexts, negatives) -> dict:
 def check_negative_sampling_loss(fn: Callable, # fn(model, centers (P,), contexts (P,), negatives (P, K)) -> scalar
                                 ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
     "Check `fn` against the negative-sampling loss on seeded SkipGram models; name the mistake when it is a known one."
-    for seed in (0, 1):
-        model, c, o, n = _case(seed)
-        expected = _ns_reference(model, c, o, n)
-        got = call_learner(fn, model, c, o, n, what="fn(model, centers, contexts, negatives)")
-        if isinstance(got, torch.Tensor): got = got.detach()
-        hint = diagnose(got, _ns_mistakes(model, c, o, n),
-                        "compare with -(logsigmoid(u_o·v) + Σ_k logsigmoid(-u_n·v)).mean().")
-        assert_tensors_close(got, expected.detach(), name="loss", hint=hint)
+    check_against_reference(fn, _ns_reference, [_case(0), _case(1)], what="fn(model, centers, contexts, negatives)",
+                            name="loss", mistakes=_ns_mistakes,
+                            hint="compare with -(logsigmoid(u_o·v) + Σ_k logsigmoid(-u_n·v)).mean().")
 
 # %% ../../nbs/checks/05b_word2vec.ipynb #2ade7dbd
 @known_wrong(check_negative_sampling_loss, "flipped noise sign", hint="NEGATIVE dot product")
