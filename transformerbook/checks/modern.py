@@ -91,8 +91,8 @@ def check_kv_cache_size(cache_bytes) -> None:
     from transformerbook.sampling import kv_cache_bytes
     dtypes = {2: torch.bfloat16, 4: torch.float32}
     for L, H, KV, Dh, T, nbytes in _CACHE_CASES:
-        cfg = GPTConfig(vocab_size=8, context_length=8, d_model=H * Dh, n_heads=H, n_kv_heads=KV, n_layers=L)
-        want = kv_cache_bytes(cfg, T, 1, dtypes[nbytes])
+        model_cfg = GPTConfig(vocab_size=8, context_length=8, d_model=H * Dh, n_heads=H, n_kv_heads=KV, n_layers=L)
+        want = kv_cache_bytes(model_cfg, T, 1, dtypes[nbytes])
         got = call_learner(cache_bytes, L, H, KV, Dh, T, nbytes,
                            what=f"cache_bytes({L}, {H}, {KV}, {Dh}, {T}, {nbytes})")
         if got == want: continue

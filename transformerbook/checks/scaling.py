@@ -34,9 +34,9 @@ _FLOPS_CONFIGS = [
     GPTConfig.gpt2_small(),
 ]
 
-def _reference_training_flops(config: GPTConfig, n_tokens) -> float:
-    N = count_params(config, non_embedding=True)
-    return flops_per_token(N, config.n_layers, config.context_length, config.d_model, training=True) * n_tokens
+def _reference_training_flops(model_cfg: GPTConfig, n_tokens) -> float:
+    N = count_params(model_cfg, non_embedding=True)
+    return flops_per_token(N, model_cfg.n_layers, model_cfg.context_length, model_cfg.d_model, training=True) * n_tokens
 
 def _as_number(x, what: str) -> float:
     if isinstance(x, Tensor) and x.numel() == 1: x = x.item()
@@ -48,14 +48,14 @@ def _as_number(x, what: str) -> float:
 def check_training_flops(kaplan_training_flops) -> None:
     ("`kaplan_training_flops(config, n_tokens)` must be D · 3 · (2N + 2·n_layers·context_length·d_model), "
      "N non-embedding.")
-    for config in _FLOPS_CONFIGS:
+    for model_cfg in _FLOPS_CONFIGS:
         for n_tokens in (1_000_000, 3 * 10 ** 11):
-            what = f"kaplan_training_flops(<{config.n_layers} layers, d_model={config.d_model}>, {n_tokens:,})"
-            got = _as_number(call_learner(kaplan_training_flops, config, n_tokens, what=what), what)
-            expected = _reference_training_flops(config, n_tokens)
+            what = f"kaplan_training_flops(<{model_cfg.n_layers} layers, d_model={model_cfg.d_model}>, {n_tokens:,})"
+            got = _as_number(call_learner(kaplan_training_flops, model_cfg, n_tokens, what=what), what)
+            expected = _reference_training_flops(model_cfg, n_tokens)
             if math.isclose(got, expected, rel_tol=1e-9): continue
-            N, N_total = count_params(config, non_embedding=True), count_params(config)
-            L, T, D = config.n_layers, config.context_length, config.d_model
+            N, N_total = count_params(model_cfg, non_embedding=True), count_params(model_cfg)
+            L, T, D = model_cfg.n_layers, model_cfg.context_length, model_cfg.d_model
             known = {"you counted the forward pass only (2 FLOPs per weight); training adds the backward pass, "
                      "2x the forward, so it is 3x forward (about 6ND, not 2ND)": expected / 3,
                      "N must be the non-embedding count: leave out the token and position tables":
@@ -69,16 +69,17 @@ def check_training_flops(kaplan_training_flops) -> None:
 
 # %% ../../nbs/checks/09_scaling.ipynb #d7c1587e
 @known_wrong(check_training_flops, "forward only (2ND)", hint="forward pass only")
-def _flops_forward_only(config, n_tokens):  # 2ND: forgets the backward pass
-    return _reference_training_flops(config, n_tokens) / 3
+def _flops_forward_only(model_cfg, n_tokens):  # 2ND: forgets the backward pass
+    return _reference_training_flops(model_cfg, n_tokens) / 3
 
 @known_wrong(check_training_flops, "embeddings in N", hint="non-embedding count")
-def _flops_total_params(config, n_tokens):  # uses the total count, embeddings included
-    return 3 * n_tokens * (2 * count_params(config) + 2 * config.n_layers * config.context_length * config.d_model)
+def _flops_total_params(model_cfg, n_tokens):  # uses the total count, embeddings included
+    L, T, D = model_cfg.n_layers, model_cfg.context_length, model_cfg.d_model
+    return 3 * n_tokens * (2 * count_params(model_cfg) + 2 * L * T * D)
 
 @known_wrong(check_training_flops, "no attention term", hint="attention term is missing")
-def _flops_no_attention(config, n_tokens):  # 6ND with no context term
-    return 6 * count_params(config, non_embedding=True) * n_tokens
+def _flops_no_attention(model_cfg, n_tokens):  # 6ND with no context term
+    return 6 * count_params(model_cfg, non_embedding=True) * n_tokens
 
 # %% ../../nbs/checks/09_scaling.ipynb #c2a1b5bb
 _LAWS = [HOFFMANN_2022, BESIROGLU_2024, ChinchillaLaw(E=1.5, A=300.0, B=1000.0, alpha=0.5, beta=0.25)]
