@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..blocks import RMSNorm, SwiGLUFeedForward
-from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
+from .core import (assert_tensors_close, call_learner, check_against_reference, checker,
+                                          diagnose, known_wrong, meta_cases)
 from ..embeddings import RotaryEmbedding, apply_rotary, rotate_half
 
 # %% auto #0
@@ -27,27 +28,30 @@ __all__ = ['META_CASES', 'check_rms_norm', 'check_apply_rotary', 'check_kv_cache
 def _rms_ref(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     return weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
-@checker("Exercise 12.1 — RMSNorm")
-def check_rms_norm(rms_norm) -> None:
-    "`rms_norm(x, weight, eps) -> Tensor` must equal `blocks.RMSNorm` (ε inside the square root, no mean subtracted)."
-    g = torch.Generator().manual_seed(0)
-    for scale, eps in ((3.0, 1e-6), (1e-3, 1e-2)):
-        x = torch.randn(2, 5, 8, generator=g, dtype=torch.float64) * scale + scale
-        weight = torch.rand(8, generator=g, dtype=torch.float64) + 0.5
-        ref = RMSNorm(8, eps=eps).double()
-        with torch.no_grad(): ref.weight.copy_(weight)
-        want = ref(x)
-        got = call_learner(rms_norm, x, weight, eps, what="rms_norm(x, weight, eps)")
-        ms = x.pow(2).mean(-1, keepdim=True)
-        hint = diagnose(got, {
-            "you subtracted the mean: that is LayerNorm; RMSNorm only divides by sqrt(mean(x²) + ε).":
+def _rms_norm_layer(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    "The book's `RMSNorm` layer with gain `weight`, on x (..., D)."
+    layer = RMSNorm(x.shape[-1], eps=eps).double()
+    with torch.no_grad(): layer.weight.copy_(weight)
+    return layer(x)
+
+def _rms_norm_mistakes(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tensor]:
+    ms = x.pow(2).mean(-1, keepdim=True)
+    return {"you subtracted the mean: that is LayerNorm; RMSNorm only divides by sqrt(mean(x²) + ε).":
                 weight * (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps),
             "ε belongs inside the square root: x / sqrt(mean(x²) + ε).": weight * x / (torch.sqrt(ms) + eps),
             "the gain γ (weight) is not applied.": x / torch.sqrt(ms + eps),
             "divide by the root of the mean of x², not of the sum.":
-                weight * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps),
-        }, default="compare with y = γ ⊙ x / sqrt(mean over the last axis of x² + ε).")
-        assert_tensors_close(got, want, name="RMSNorm output", hint=hint)
+                weight * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps)}
+
+@checker("Exercise 12.1 — RMSNorm")
+def check_rms_norm(rms_norm) -> None:
+    "`rms_norm(x, weight, eps) -> Tensor` must equal `blocks.RMSNorm` (ε inside the square root, no mean subtracted)."
+    g = torch.Generator().manual_seed(0)
+    cases = [(torch.randn(2, 5, 8, generator=g, dtype=torch.float64) * scale + scale,
+              torch.rand(8, generator=g, dtype=torch.float64) + 0.5, eps) for scale, eps in ((3.0, 1e-6), (1e-3, 1e-2))]
+    check_against_reference(rms_norm, _rms_norm_layer, cases, what="rms_norm(x, weight, eps)", name="RMSNorm output",
+                            mistakes=_rms_norm_mistakes,
+                            hint="compare with y = γ ⊙ x / sqrt(mean over the last axis of x² + ε).")
 
 # %% ../../nbs/checks/12_modern.ipynb #d69ba3e7
 def _rotary_ref(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
