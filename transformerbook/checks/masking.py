@@ -186,6 +186,7 @@ def _combine_no_head_axis(causal, key_padding): return causal[None] & key_paddin
 def _combine_padding_on_queries(causal, key_padding):
     return causal[None, None] & key_padding[:, None, :causal.shape[0], None]
 
+# %% ../../nbs/checks/02_masking.ipynb #0171c990
 def _attention_reference(q, k, v, mask):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, S)
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -203,7 +204,6 @@ def _attention_unmasked_rows_uniform(q, k, v, mask):  # -1e9 instead of zeros: f
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -1e9)
     return torch.softmax(scores, dim=-1) @ v
 
-# %% ../../nbs/checks/02_masking.ipynb #0171c990
 META_CASES = meta_cases({check_causal_mask: _causal_reference, check_padding_mask: _padding_reference,
                          check_combine_masks: _combine_reference, check_masked_attention: _attention_reference})
 
