@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from ..attention import attention_weights, scaled_dot_product_attention
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..masking import causal_mask
 
 # %% auto #0
@@ -231,79 +231,73 @@ def check_equivariance_gap(fn: Callable, # your function: fn(attend, x (..., T, 
                                      f"expected {expected:.6g}. Hint: {hint}")
 
 # %% ../../nbs/checks/01_attention.ipynb #f0a25f4f
+@known_wrong(check_attention_weights, "missing 1/sqrt(d_k)", hint="without scaling")
 def _weights_unscaled(q, k):  # forgets 1/√d_k
     return torch.softmax(q @ k.transpose(-2, -1), dim=-1)
 
+@known_wrong(check_attention_weights, "softmax over the wrong axis", hint="normalised over the queries")
 def _weights_wrong_axis(q, k):  # softmax over the queries
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-2)
 
+@known_wrong(check_attention_weights, "no softmax", hint="did you apply a softmax")
 def _weights_no_softmax(q, k):  # the scaled scores, never normalised
     return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
 
+@known_wrong(check_attention_weights, "divides by d_k", hint="not by d_k")
 def _weights_divide_by_d_k(q, k):  # divides by d_k, not √d_k
     return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], dim=-1)
 
+@known_wrong(check_scaled_dot_product_attention, "mask polarity flipped", hint="mask inverted")
 def _sdpa_flipped_mask(q, k, v, mask=None):  # True treated as "blocked" (nn.MultiheadAttention's convention)
     return scaled_dot_product_attention(q, k, v, None if mask is None else ~mask)
 
+@known_wrong(check_scaled_dot_product_attention, "mask ignored", hint="the mask is ignored")
 def _sdpa_ignores_mask(q, k, v, mask=None):
     return scaled_dot_product_attention(q, k, v)
 
+@known_wrong(check_scaled_dot_product_attention, "NaN on a fully masked row", hint="softmax of all -inf")
 def _sdpa_nan_on_fully_masked(q, k, v, mask=None):  # -inf fill: a row with no allowed key becomes 0/0 = NaN
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
 
+@known_wrong(check_scaled_dot_product_attention, "mask applied after the softmax",
+             hint="zeroed the weights after the softmax")
 def _sdpa_masks_weights_after_softmax(q, k, v, mask=None):  # zeroes weights after softmax: rows no longer sum to 1
     w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
     return (w if mask is None else w * mask) @ v
 
+@known_wrong(check_equivariance_gap, "output not permuted", hint="permute the second output too")
 def _gap_no_output_permutation(attend, x, perm):  # compares attend(x_perm) with attend(x)
     return (attend(x[..., perm, :]) - attend(x)).abs().max().item()
 
+@known_wrong(check_equivariance_gap, "inverse permutation", hint="inverse permutation")
 def _gap_inverse_permutation(attend, x, perm):  # permutes the output back with the inverse
     return (attend(x[..., perm, :]) - attend(x)[..., torch.argsort(perm), :]).abs().max().item()
 
+@known_wrong(check_equivariance_gap, "mean instead of max", hint="averaged the differences")
 def _gap_mean(attend, x, perm):  # mean instead of max
     return (attend(x[..., perm, :]) - attend(x)[..., perm, :]).abs().mean().item()
 
+@known_wrong(check_equivariance_gap, "signed max (no .abs())", hint="signed max")
 def _gap_signed(attend, x, perm):  # signed max: forgets .abs()
     return (attend(x[..., perm, :]) - attend(x)[..., perm, :]).max().item()
 
+@known_wrong(check_scaled_dot_product_attention, "scores multiplied by the mask",
+             hint="multiplied the scores by the mask")
 def _sdpa_scores_times_mask(q, k, v, mask=None):  # multiplies the scores by the mask: masked scores become 0, not -inf
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     return torch.softmax(scores if mask is None else scores * mask, dim=-1) @ v
 
+@known_wrong(check_equivariance_gap, "features permuted", hint="permuted the features")
 def _gap_feature_axis(attend, x, perm):  # permutes the last dim (features) instead of positions
     return (attend(x[..., perm]) - attend(x)[..., perm]).abs().max().item()
 
 # %% ../../nbs/checks/01_attention.ipynb #a06395b6
-META_CASES = [
-    MetaCase(check_attention_weights, attention_weights,
-             wrong={"missing 1/sqrt(d_k)": _weights_unscaled, "softmax over the wrong axis": _weights_wrong_axis,
-                    "no softmax": _weights_no_softmax, "divides by d_k": _weights_divide_by_d_k},
-             hints={"missing 1/sqrt(d_k)": "without scaling",
-                    "softmax over the wrong axis": "normalised over the queries",
-                    "no softmax": "did you apply a softmax", "divides by d_k": "not by d_k"}),
-    MetaCase(check_scaled_dot_product_attention, scaled_dot_product_attention,
-             wrong={"mask polarity flipped": _sdpa_flipped_mask, "mask ignored": _sdpa_ignores_mask,
-                    "NaN on a fully masked row": _sdpa_nan_on_fully_masked,
-                    "mask applied after the softmax": _sdpa_masks_weights_after_softmax,
-                    "scores multiplied by the mask": _sdpa_scores_times_mask},
-             hints={"mask polarity flipped": "mask inverted", "mask ignored": "the mask is ignored",
-                    "NaN on a fully masked row": "softmax of all -inf",
-                    "mask applied after the softmax": "zeroed the weights after the softmax",
-                    "scores multiplied by the mask": "multiplied the scores by the mask"}),
-    MetaCase(check_equivariance_gap, equivariance_gap,
-             wrong={"output not permuted": _gap_no_output_permutation, "inverse permutation": _gap_inverse_permutation,
-                    "mean instead of max": _gap_mean, "features permuted": _gap_feature_axis,
-                    "signed max (no .abs())": _gap_signed},
-             hints={"output not permuted": "permute the second output too",
-                    "inverse permutation": "inverse permutation",
-                    "mean instead of max": "averaged the differences", "features permuted": "permuted the features",
-                    "signed max (no .abs())": "signed max"}),
-]
+META_CASES = meta_cases({check_attention_weights: attention_weights,
+                         check_scaled_dot_product_attention: scaled_dot_product_attention,
+                         check_equivariance_gap: equivariance_gap})
 
 # %% ../../nbs/checks/01_attention.ipynb #cfe94e78
 def _grade_choice(answer, # the reader's choice: a letter, an option's name, or a function that returns one
@@ -366,12 +360,10 @@ def check_poll_swap(answer, # a letter "A"-"D", the new x'_4 as 4 numbers, or a 
     _grade_choice(answer, _SWAP_OPTIONS, "Question 1.2", match=_match_vector)
 
 # %% ../../nbs/checks/01_attention.ipynb #85a89643
-META_CASES += [
-    MetaCase(check_poll_softmax_axis, "B", wrong={"column-wise": "A", "not an option": "diagonal"},
-             hints={"column-wise": "over the queries", "not an option": "not one of the options"}),
-    MetaCase(check_poll_swap, "A", wrong={"weights stay at positions": "B", "value not scaled": "C",
-                                          "needs W_q, W_k": "D",
-                                          "weights stay at positions (vector)": [0.1, 0.6, 0.4, 0.1]},
-             hints={"weights stay at positions": "POSITION", "value not scaled": "0.6 · 2 = 1.2",
-                    "needs W_q, W_k": "not needed", "weights stay at positions (vector)": "POSITION"}),
-]
+known_wrong(check_poll_softmax_axis, "column-wise", hint="over the queries", answer="A")
+known_wrong(check_poll_softmax_axis, "not an option", hint="not one of the options", answer="diagonal")
+known_wrong(check_poll_swap, "weights stay at positions", hint="POSITION", answer="B")
+known_wrong(check_poll_swap, "value not scaled", hint="0.6 · 2 = 1.2", answer="C")
+known_wrong(check_poll_swap, "needs W_q, W_k", hint="not needed", answer="D")
+known_wrong(check_poll_swap, "weights stay at positions (vector)", hint="POSITION", answer=[0.1, 0.6, 0.4, 0.1])
+META_CASES += meta_cases({check_poll_softmax_axis: "B", check_poll_swap: "A"})

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from ..blocks import TransformerBlock
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..masking import causal_mask
 
 # %% auto #0
@@ -180,48 +180,41 @@ def _ln_variant(kind: str):
         return gamma * (x - mu) / torch.sqrt(var + eps) + beta
     return layer_norm
 
+@known_wrong(check_pre_norm_block, "post-norm order", hint="post-norm order")
 def _post_norm_order(x, attn, mlp, ln_1, ln_2):
     h = ln_1(x + attn(x))
     return ln_2(h + mlp(h))
 
+@known_wrong(check_pre_norm_block, "no attention residual", hint="residual around attention is missing")
 def _no_attention_residual(x, attn, mlp, ln_1, ln_2):
     h = attn(ln_1(x))
     return h + mlp(ln_2(h))
 
+@known_wrong(check_pre_norm_block, "no feed-forward residual",
+             hint="residual around the feed-forward network is missing")
 def _no_ffn_residual(x, attn, mlp, ln_1, ln_2):
     return mlp(ln_2(x + attn(ln_1(x))))
 
+@known_wrong(check_affected_positions, "assumes no mixing", hint="only position t itself")
 def _only_self(layer, x, t):
     return torch.arange(x.shape[1]) == t  # assumes nothing mixes positions
 
+@known_wrong(check_affected_positions, "compares with the input", hint="your baseline is the input")
 def _compare_with_input(layer, x, t):
     x2 = x.clone()
     x2[:, t] += torch.randn_like(x2[:, t])
     with torch.no_grad(): return (layer(x2) - x).abs().amax(dim=(0, 2)) > 1e-6  # wrong baseline: the input
 
+@known_wrong(check_affected_positions, "perturbs every position", hint="you perturbed every position")
 def _perturb_everything(layer, x, t):
     with torch.no_grad(): return (layer(x + torch.randn_like(x)) - layer(x)).abs().amax(dim=(0, 2)) > 1e-6
 
-META_CASES = [
-    MetaCase(check_layer_norm, reference=_layer_norm_ref,
-             wrong={k: _ln_variant(k) for k in ("unbiased variance", "eps outside sqrt", "no eps",
-                                                 "gamma and beta swapped", "wrong axis")},
-             hints={"unbiased variance": "unbiased (n-1) variance", "eps outside sqrt": "inside the square root",
-                    "no eps": "ε is missing", "gamma and beta swapped": "γ and β are swapped",
-                    "wrong axis": "normalised over the first axis"}),
-    MetaCase(check_pre_norm_block, reference=_pre_norm_ref,
-             wrong={"post-norm order": _post_norm_order, "no attention residual": _no_attention_residual,
-                    "no feed-forward residual": _no_ffn_residual},
-             hints={"post-norm order": "post-norm order",
-                    "no attention residual": "residual around attention is missing",
-                    "no feed-forward residual": "residual around the feed-forward network is missing"}),
-    MetaCase(check_affected_positions, reference=_affected_ref,
-             wrong={"assumes no mixing": _only_self, "compares with the input": _compare_with_input,
-                    "perturbs every position": _perturb_everything},
-             hints={"assumes no mixing": "only position t itself",
-                    "compares with the input": "your baseline is the input",
-                    "perturbs every position": "you perturbed every position"}),
-]
+for kind, hint in {"unbiased variance": "unbiased (n-1) variance", "eps outside sqrt": "inside the square root",
+                   "no eps": "ε is missing", "gamma and beta swapped": "γ and β are swapped",
+                   "wrong axis": "normalised over the first axis"}.items():
+    known_wrong(check_layer_norm, kind, hint=hint, answer=_ln_variant(kind))
+META_CASES = meta_cases({check_layer_norm: _layer_norm_ref, check_pre_norm_block: _pre_norm_ref,
+                         check_affected_positions: _affected_ref})
 
 # %% ../../nbs/checks/04_blocks.ipynb #760d10db
 def _block_count_mistakes(d: int) -> dict[str, int]:
@@ -257,16 +250,14 @@ def check_block_params(block_params: Callable, # block_params(d_model) -> int, f
 
 # %% ../../nbs/checks/04_blocks.ipynb #be6d3ccd
 def _block_params_ref(d): return 12 * d * d + 13 * d
+@known_wrong(check_block_params, "no biases", hint="left out the biases")
 def _block_params_no_bias(d): return 12 * d * d + 4 * d
+@known_wrong(check_block_params, "no LayerNorms", hint="LayerNorms")
 def _block_params_no_ln(d): return 12 * d * d + 9 * d
+@known_wrong(check_block_params, "no output projection", hint="W_O")
 def _block_params_no_out_proj(d): return 11 * d * d + 12 * d
+@known_wrong(check_block_params, "d_ff = d", hint="d_ff = 4d")
 def _block_params_ffn_d(d): return 6 * d * d + 10 * d
 
 # %% ../../nbs/checks/04_blocks.ipynb #7c7898e4
-META_CASES += [
-    MetaCase(check_block_params, reference=_block_params_ref,
-             wrong={"no biases": _block_params_no_bias, "no LayerNorms": _block_params_no_ln,
-                    "no output projection": _block_params_no_out_proj, "d_ff = d": _block_params_ffn_d},
-             hints={"no biases": "left out the biases", "no LayerNorms": "LayerNorms", "no output projection": "W_O",
-                    "d_ff = d": "d_ff = 4d"}),
-]
+META_CASES += meta_cases({check_block_params: _block_params_ref})

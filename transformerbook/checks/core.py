@@ -4,8 +4,9 @@
 function into a checker that prints PASS or NOT YET and returns a `Verdict` (true when it passed, shown as nothing
 in a notebook); `call_learner` calls the reader's code, so that a crash in it becomes a failed check with a one-line
 message; `assert_tensors_close` and `diagnose` compare an answer with the reference and with known mistakes, to say
-which mistake it is; `MetaCase` records a checker's reference and known-wrong answers, so that the checker itself
-can be tested.
+which mistake it is, and `check_against_reference` runs that comparison over a checker's cases; `known_wrong` records
+beside its code a wrong answer a checker must reject, and `meta_cases` gathers them with the reference into the
+`MetaCase`s that test the checker itself.
 
 Docs: https://transformerbook.github.io/transformerbook/checks/core.html.md"""
 
@@ -21,7 +22,8 @@ from typing import Callable
 import torch
 
 # %% auto #0
-__all__ = ['Verdict', 'checker', 'assert_tensors_close', 'call_learner', 'diagnose', 'MetaCase']
+__all__ = ['Verdict', 'checker', 'assert_tensors_close', 'call_learner', 'diagnose', 'check_against_reference', 'MetaCase',
+           'known_wrong', 'meta_cases']
 
 # %% ../../nbs/checks/00_core.ipynb #a45ae6eb
 class Verdict:
@@ -54,6 +56,7 @@ def checker(title: str, # what is being checked, e.g. "Exercise 1.2 — scaled d
                 return Verdict(False, message)
             print(f"PASS  {title}")
             return Verdict(True, f"PASS  {title}")
+        run.known_wrong_answers = {}  # mistake name -> (wrong answer, hint): filled by `known_wrong`
         return run
     return decorate
 
@@ -116,6 +119,33 @@ def diagnose(actual, # the learner's result
                 return hint
     return default
 
+# %% ../../nbs/checks/00_core.ipynb #2fc7ffa2
+def check_against_reference(fn: Callable, # the learner's function
+                            reference: Callable, # the book's function, called with the same arguments
+                            cases: list[tuple], # the argument tuples, one per case
+                            what: Callable | str, # the call as messages name it: a str, or what(*args) -> str
+                            mistakes: Callable | None = None, # mistakes(*args) -> {hint: a known mistake's output}
+                            hint: str = "", # the hint when no known mistake matches
+                            shape_hint: str = "", # the hint instead when the shapes differ (default: `hint`)
+                            name: Callable | str | None = None, # the result as messages name it (default: `what`)
+                            atol: float = 1e-5, # absolute tolerance, also for matching a known mistake
+                            rtol: float = 1e-4, # relative tolerance
+                           ) -> None:
+    """Compare `fn(*args)` with `reference(*args)` for each argument tuple in `cases`; outputs may have any shape
+    (the reference's is the expected one).
+
+    `fn` gets clones of the tensor arguments (it cannot change the reference's inputs) and is called through
+    `call_learner`; the outputs are compared by `assert_tensors_close`, whose hint is the known mistake `fn`'s output
+    reproduces (`diagnose`), else `shape_hint` or `hint`. Raises `AssertionError` at the first case that differs."""
+    for args in cases:
+        label = what(*args) if callable(what) else what
+        got = call_learner(fn, *(a.clone() if isinstance(a, torch.Tensor) else a for a in args), what=label)
+        expected = reference(*args)
+        fallback = shape_hint if shape_hint and isinstance(got, torch.Tensor) and got.shape != expected.shape else hint
+        found = diagnose(got, mistakes(*args), fallback, atol=atol) if mistakes else fallback
+        assert_tensors_close(got, expected, label if name is None else name(*args) if callable(name) else name,
+                             atol=atol, rtol=rtol, hint=found)
+
 # %% ../../nbs/checks/00_core.ipynb #cf8a2c64
 @dataclass
 class MetaCase:
@@ -124,3 +154,38 @@ class MetaCase:
     reference: object  # the book's solution (function or class)
     wrong: dict[str, object] = field(default_factory=dict)  # mistake name -> wrong function or class
     hints: dict[str, str] = field(default_factory=dict)  # mistake name -> text its failure message must contain
+
+# %% ../../nbs/checks/00_core.ipynb #0d975ea9
+_NO_ANSWER = object()  # `known_wrong` called without `answer`: it decorates the function or class that follows
+
+def known_wrong(check: Callable, # a checker made with `checker`
+                name: str, # the mistake, e.g. "no 1/sqrt(d_head)"; `tests/test_checkers.py` names the test after it
+                hint: str, # text the checker's message for this answer must contain
+                answer: object = _NO_ANSWER, # the wrong answer; leave it out to decorate a function or class
+               ):
+    """Record a known-wrong answer that `check` must reject with a message containing `hint`: with `answer`,
+    record and return it; without, return a decorator that records the function or class it decorates (unchanged).
+
+    Recording a name again replaces it, as re-running a notebook cell does. Raises `TypeError` if `check` was not
+    made with `checker`."""
+    answers = getattr(check, "known_wrong_answers", None)
+    if not isinstance(answers, dict):
+        raise TypeError(f"known_wrong needs a checker made with @checker, got {getattr(check, '__name__', check)!r}")
+    def record(wrong):
+        answers[name] = (wrong, hint)
+        return wrong
+    return record if answer is _NO_ANSWER else record(answer)
+
+def meta_cases(references: dict, # checker -> the reference answer it must accept (the book's solution)
+              ) -> list[MetaCase]:
+    """One `MetaCase` per checker, with the known-wrong answers `known_wrong` recorded for it. Raises `ValueError`
+    for a checker without any (a checker that is never shown a wrong answer is not tested)."""
+    cases = []
+    for check, reference in references.items():
+        answers = getattr(check, "known_wrong_answers", None)
+        if not answers:
+            raise ValueError(f"{getattr(check, '__name__', check)!r} has no known-wrong answers: record some with "
+                             "known_wrong")
+        cases.append(MetaCase(check, reference, wrong={n: a for n, (a, _) in answers.items()},
+                              hints={n: h for n, (_, h) in answers.items()}))
+    return cases

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import (assert_tensors_close, call_learner, check_against_reference, checker,
+                                          diagnose, known_wrong, meta_cases)
 from ..embeddings import cosine_similarity, position_rotation_matrix, sinusoidal_positional_encoding
 
 # %% auto #0
@@ -80,13 +81,10 @@ def _sinusoidal_mistakes(T: int, d_model: int) -> dict[str, Tensor]:
 def check_sinusoidal_encoding(encode: Callable, # encode(T, d_model) -> (T, d_model) float
                              ) -> None:
     "Compare the reader's encoding with notes eqs. 19.8-19.9 (`sinusoidal_positional_encoding`) for two sizes."
-    for T, d_model in ((12, 8), (5, 16)):
-        out = call_learner(encode, T, d_model, what="encode")
-        hint = diagnose(out, _sinusoidal_mistakes(T, d_model),
-                         "PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(t / 10000^(2i/d)), t = 0..T-1.",
-                         atol=1e-4)
-        assert_tensors_close(out, sinusoidal_positional_encoding(T, d_model), f"encode({T}, {d_model})",
-                             atol=1e-4, hint=hint)
+    check_against_reference(encode, sinusoidal_positional_encoding, [(12, 8), (5, 16)], what="encode",
+                            name=lambda T, d_model: f"encode({T}, {d_model})", mistakes=_sinusoidal_mistakes,
+                            hint="PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(t / 10000^(2i/d)), t = 0..T-1.",
+                            atol=1e-4)
 
 # %% ../../nbs/checks/05_embeddings.ipynb #252e003d
 @checker("Exercise 5.3 — the offset-k rotation M_k")
@@ -134,47 +132,40 @@ def check_cosine_similarity(cos_sim: Callable, # cos_sim(u (..., D), v (..., D))
                          hint="cosine similarity ignores length.")
 
 # %% ../../nbs/checks/05_embeddings.ipynb #8c365d3b
+@known_wrong(check_sinusoidal_encoding, "sin/cos swapped", hint="sin and cos are swapped")
 def _sin_cos_swapped(T, d_model):
     return sinusoidal_positional_encoding(T, d_model).view(T, d_model // 2, 2).flip(-1).reshape(T, d_model)
 
+@known_wrong(check_sinusoidal_encoding, "wrong frequency exponent", hint="frequency exponent is wrong")
 def _wrong_exponent(T, d_model):
     t = torch.arange(T, dtype=torch.float32)[:, None]
     ang = t / 10000 ** (torch.arange(d_model // 2) / d_model)  # i/d instead of 2i/d
     return torch.stack([torch.sin(ang), torch.cos(ang)], dim=-1).reshape(T, d_model)
 
+@known_wrong(check_sinusoidal_encoding, "positions start at 1", hint="positions start at 0")
 def _starts_at_one(T, d_model):
     return sinusoidal_positional_encoding(T + 1, d_model)[1:]
 
+@known_wrong(check_rotation_matrix, "rotates the wrong way", hint="rotates the wrong way")
 def _rotation_transposed(k, d_model):
     return position_rotation_matrix(k, d_model).T
 
+@known_wrong(check_rotation_matrix, "one frequency for every block", hint="same angle k")
 def _rotation_one_frequency(k, d_model):
     c, s = torch.cos(torch.tensor(float(k))), torch.sin(torch.tensor(float(k)))
     return torch.block_diag(*[torch.stack([torch.stack([c, s]), torch.stack([-s, c])])] * (d_model // 2))
 
-META_CASES = [
-    MetaCase(check_one_hot_embedding, reference=_one_hot_ref,
-             wrong={"returns the one-hot matrix": lambda ids, E: F.one_hot(ids, E.shape[0]).float(),
-                    "off by one": lambda ids, E: E[(ids + 1) % E.shape[0]],
-                    "detached from E": lambda ids, E: E.detach()[ids]},
-             hints={"returns the one-hot matrix": "you returned the one-hot matrix itself",
-                    "off by one": "off by one", "detached from E": "does not depend on E through autograd"}),
-    MetaCase(check_sinusoidal_encoding, reference=sinusoidal_positional_encoding,
-             wrong={"sin/cos swapped": _sin_cos_swapped, "wrong frequency exponent": _wrong_exponent,
-                    "positions start at 1": _starts_at_one},
-             hints={"sin/cos swapped": "sin and cos are swapped",
-                    "wrong frequency exponent": "frequency exponent is wrong",
-                    "positions start at 1": "positions start at 0"}),
-    MetaCase(check_rotation_matrix, reference=position_rotation_matrix,
-             wrong={"rotates the wrong way": _rotation_transposed,
-                    "one frequency for every block": _rotation_one_frequency,
-                    "identity": lambda k, d: torch.eye(d)},
-             hints={"rotates the wrong way": "rotates the wrong way", "one frequency for every block": "same angle k",
-                    "identity": "M_k is the identity"}),
-    MetaCase(check_cosine_similarity, reference=cosine_similarity,
-             wrong={"dot product": lambda u, v: (u * v).sum(-1),
-                    "one norm": lambda u, v: (u * v).sum(-1) / u.norm(dim=-1),
-                    "cosine distance": lambda u, v: 1 - F.cosine_similarity(u, v, dim=-1)},
-             hints={"dot product": "plain dot product", "one norm": "only one length is divided out",
-                    "cosine distance": "cosine *distance*"}),
-]
+known_wrong(check_one_hot_embedding, "returns the one-hot matrix", hint="you returned the one-hot matrix itself",
+            answer=lambda ids, E: F.one_hot(ids, E.shape[0]).float())
+known_wrong(check_one_hot_embedding, "off by one", hint="off by one", answer=lambda ids, E: E[(ids + 1) % E.shape[0]])
+known_wrong(check_one_hot_embedding, "detached from E", hint="does not depend on E through autograd",
+            answer=lambda ids, E: E.detach()[ids])
+known_wrong(check_rotation_matrix, "identity", hint="M_k is the identity", answer=lambda k, d: torch.eye(d))
+known_wrong(check_cosine_similarity, "dot product", hint="plain dot product", answer=lambda u, v: (u * v).sum(-1))
+known_wrong(check_cosine_similarity, "one norm", hint="only one length is divided out",
+            answer=lambda u, v: (u * v).sum(-1) / u.norm(dim=-1))
+known_wrong(check_cosine_similarity, "cosine distance", hint="cosine *distance*",
+            answer=lambda u, v: 1 - F.cosine_similarity(u, v, dim=-1))
+META_CASES = meta_cases({check_one_hot_embedding: _one_hot_ref,
+                         check_sinusoidal_encoding: sinusoidal_positional_encoding,
+                         check_rotation_matrix: position_rotation_matrix, check_cosine_similarity: cosine_similarity})

@@ -19,7 +19,7 @@ import re
 import torch
 from torch import Tensor
 
-from .core import MetaCase, call_learner, checker, diagnose
+from .core import call_learner, checker, diagnose, known_wrong, meta_cases
 from ..evaluation import (GPT3_DATA_MIX, GPT3_TRAINING_TOKENS, contaminated, epochs_elapsed,
                                         score_candidates)
 from ..lm_head import GPT, GPTConfig
@@ -112,9 +112,17 @@ def _wrong_classifier(name: str):
     classify.__name__ = f"classify_{name.replace(' ', '_')}"
     return classify
 
+@known_wrong(check_classify_by_likelihood, "argmin", hint="takes the argmax")
 def _classify_argmin(model, tok, prompt, cands):
     scores = score_candidates(model, tok, prompt, cands)
     return scores, int(scores.argmin())
+
+known_wrong(check_classify_by_likelihood, "same position", hint="position t-1",
+            answer=_wrong_classifier("same position"))
+known_wrong(check_classify_by_likelihood, "with prompt", hint="prompt's own log-probability",
+            answer=_wrong_classifier("with prompt"))
+known_wrong(check_classify_by_likelihood, "mean", hint="asks for the sum", answer=_wrong_classifier("mean"))
+known_wrong(check_classify_by_likelihood, "no prompt", hint="without the prompt", answer=_wrong_classifier("no prompt"))
 
 # %% ../../nbs/checks/11a_evaluation.ipynb #09365166
 _TRAIN = ("The quality of mercy is not strained; it droppeth as the gentle rain from heaven upon the place beneath. "
@@ -165,6 +173,11 @@ def check_contaminated(fn, # fn(train_text, examples, n=13) -> list[bool]
     raise AssertionError(f"yours {got}, expected {expected} for the examples {[e[:30] + '...' for e in _EXAMPLES]}. "
                          f"Hint: {hint}.")
 
+known_wrong(check_contaminated, "no normalisation", hint="lower-case the words", answer=_no_normalisation)
+known_wrong(check_contaminated, "n-1", hint="(n-1)-grams", answer=_n_minus_one)
+known_wrong(check_contaminated, "whole example", hint="single shared", answer=_whole_example)
+known_wrong(check_contaminated, "characters", hint="not of characters", answer=_char_ngrams)
+
 # %% ../../nbs/checks/11a_evaluation.ipynb #29107f7a
 def _epochs_reference(n_tokens, weight, n_training_tokens): return epochs_elapsed(n_tokens, weight, n_training_tokens)
 def _epochs_inverse(n_tokens, weight, n_training_tokens): return n_tokens / (weight * n_training_tokens)
@@ -190,21 +203,10 @@ def check_epochs(fn, # fn(n_tokens, weight, n_training_tokens) -> float, passes 
                         "epochs = weight x n_training_tokens / n_tokens")
             raise AssertionError(f"{name}: yours {got!r}, expected {want:.4f}. Hint: {hint}.")
 
+known_wrong(check_epochs, "inverse", hint="divided the source", answer=_epochs_inverse)
+known_wrong(check_epochs, "no weight", hint="forgot the weight", answer=_epochs_no_weight)
+known_wrong(check_epochs, "weight of the source", hint="run's", answer=_epochs_weight_only)
+
 # %% ../../nbs/checks/11a_evaluation.ipynb #320dc19c
-META_CASES = [
-    MetaCase(check_classify_by_likelihood, _classify_reference,
-             {"same position": _wrong_classifier("same position"), "with prompt": _wrong_classifier("with prompt"),
-              "mean": _wrong_classifier("mean"), "no prompt": _wrong_classifier("no prompt"),
-              "argmin": _classify_argmin},
-             hints={"same position": "position t-1", "with prompt": "prompt's own log-probability",
-                    "mean": "asks for the sum", "no prompt": "without the prompt", "argmin": "takes the argmax"}),
-    MetaCase(check_contaminated, _contaminated_reference,
-             {"no normalisation": _no_normalisation, "n-1": _n_minus_one, "whole example": _whole_example,
-              "characters": _char_ngrams},
-             hints={"no normalisation": "lower-case the words", "n-1": "(n-1)-grams", "whole example": "single shared",
-                    "characters": "not of characters"}),
-    MetaCase(check_epochs, _epochs_reference,
-             {"inverse": _epochs_inverse, "no weight": _epochs_no_weight, "weight of the source": _epochs_weight_only},
-             hints={"inverse": "divided the source", "no weight": "forgot the weight",
-                    "weight of the source": "run's"}),
-]
+META_CASES = meta_cases({check_classify_by_likelihood: _classify_reference, check_contaminated: _contaminated_reference,
+                         check_epochs: _epochs_reference})

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import call_learner, check_against_reference, checker, known_wrong, meta_cases
 from ..finetune import IGNORE_INDEX, SequenceClassifier, finetune_classifier, mlm_corrupt
 from ..lm_head import GPT, GPTConfig
 
@@ -88,20 +88,25 @@ def check_mlm_corrupt(fn: Callable, # fn(token_ids, mask_id, vocab_size, generat
 def _corrupt_reference(token_ids, mask_id, vocab_size, generator=None, mask_rate=0.15, padding_mask=None):
     return mlm_corrupt(token_ids, mask_id, vocab_size, generator, mask_rate, padding_mask)
 
+@known_wrong(check_mlm_corrupt, "no 80-10-10", hint="80% [MASK]")
 def _corrupt_all_masked(token_ids, mask_id, vocab_size, generator=None, mask_rate=0.15, padding_mask=None):
     corrupted, targets = mlm_corrupt(token_ids, mask_id, vocab_size, generator, mask_rate, padding_mask)
     return torch.where(targets != IGNORE_INDEX, mask_id, token_ids), targets
 
+@known_wrong(check_mlm_corrupt, "targets everywhere", hint="every target is set")
 def _corrupt_targets_everywhere(token_ids, mask_id, vocab_size, generator=None, mask_rate=0.15, padding_mask=None):
     return mlm_corrupt(token_ids, mask_id, vocab_size, generator, mask_rate, padding_mask)[0], token_ids.clone()
 
+@known_wrong(check_mlm_corrupt, "corrupted targets", hint="ORIGINAL")
 def _corrupt_targets_corrupted(token_ids, mask_id, vocab_size, generator=None, mask_rate=0.15, padding_mask=None):
     corrupted, targets = mlm_corrupt(token_ids, mask_id, vocab_size, generator, mask_rate, padding_mask)
     return corrupted, torch.where(targets != IGNORE_INDEX, corrupted, IGNORE_INDEX)
 
+@known_wrong(check_mlm_corrupt, "masks padding", hint="padding positions must never be chosen")
 def _corrupt_ignores_padding(token_ids, mask_id, vocab_size, generator=None, mask_rate=0.15, padding_mask=None):
     return mlm_corrupt(token_ids, mask_id, vocab_size, generator, mask_rate, None)
 
+@known_wrong(check_mlm_corrupt, "80% chosen", hint="mask_rate = 15%")
 def _corrupt_rate_swapped(token_ids, mask_id, vocab_size, generator=None, mask_rate=0.15, padding_mask=None):
     chosen = (torch.rand(token_ids.shape, generator=generator) < 0.8) & padding_mask  # 80% chosen, all masked
     return torch.where(chosen, mask_id, token_ids), torch.where(chosen, token_ids, IGNORE_INDEX)
@@ -145,14 +150,17 @@ def _freeze_reference(classifier):
     for p in classifier.body.parameters(): p.requires_grad_(False)
     return classifier
 
+@known_wrong(check_freeze_body, "head frozen too", hint="head must stay trainable")
 def _freeze_everything(classifier):
     for p in classifier.parameters(): p.requires_grad_(False)
     return classifier
 
+@known_wrong(check_freeze_body, "embeddings trainable", hint="embeddings")
 def _freeze_blocks_only(classifier):
     for p in classifier.body.blocks.parameters(): p.requires_grad_(False)
     return classifier
 
+@known_wrong(check_freeze_body, "eval instead", hint="eval() only switches dropout off")
 def _freeze_by_eval(classifier):
     classifier.body.eval()
     return classifier
@@ -178,31 +186,19 @@ def _mean_over_T(h, padding_mask): return (h * padding_mask[..., None]).sum(1) /
 def check_masked_mean(fn: Callable, # fn(h (B, T, D) float, padding_mask (B, T) bool) -> (B, D)
                      ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
     "Check `fn` against the mean over each row's real positions; name the mistake when it is a known one."
-    h, padding_mask = _mean_case()
-    got = call_learner(fn, h.clone(), padding_mask.clone(), what="fn(h, padding_mask)")
-    mistakes = {"average only the real positions (padding_mask True), not all T.": _mean_of_all(h, padding_mask),
-                "a mean, not a sum: divide by the number of real positions.": _mean_sum(h, padding_mask),
-                "divide by each row's number of real positions (padding_mask.sum(1)), not by T.":
-                    _mean_over_T(h, padding_mask)}
-    hint = diagnose(got, mistakes, "weight each position by padding_mask, sum over T, divide by the real count.")
-    assert_tensors_close(got, _mean_reference(h, padding_mask), name="masked mean", hint=hint)
+    check_against_reference(fn, _mean_reference, [_mean_case()], what="fn(h, padding_mask)", name="masked mean",
+                            mistakes=lambda h, padding_mask: {
+                                "average only the real positions (padding_mask True), not all T.":
+                                    _mean_of_all(h, padding_mask),
+                                "a mean, not a sum: divide by the number of real positions.":
+                                    _mean_sum(h, padding_mask),
+                                "divide by each row's number of real positions (padding_mask.sum(1)), not by T.":
+                                    _mean_over_T(h, padding_mask)},
+                            hint="weight each position by padding_mask, sum over T, divide by the real count.")
 
 # %% ../../nbs/checks/11b_finetune.ipynb #4366fb44
-META_CASES = [
-    MetaCase(check_mlm_corrupt, reference=_corrupt_reference,
-             wrong={"no 80-10-10": _corrupt_all_masked, "targets everywhere": _corrupt_targets_everywhere,
-                    "corrupted targets": _corrupt_targets_corrupted, "masks padding": _corrupt_ignores_padding,
-                    "80% chosen": _corrupt_rate_swapped},
-             hints={"no 80-10-10": "80% [MASK]", "targets everywhere": "every target is set",
-                    "corrupted targets": "ORIGINAL", "masks padding": "padding positions must never be chosen",
-                    "80% chosen": "mask_rate = 15%"}),
-    MetaCase(check_freeze_body, reference=_freeze_reference,
-             wrong={"head frozen too": _freeze_everything, "embeddings trainable": _freeze_blocks_only,
-                    "eval instead": _freeze_by_eval},
-             hints={"head frozen too": "head must stay trainable", "embeddings trainable": "embeddings",
-                    "eval instead": "eval() only switches dropout off"}),
-    MetaCase(check_masked_mean, reference=_mean_reference,
-             wrong={"all positions": _mean_of_all, "sum": _mean_sum, "over T": _mean_over_T},
-             hints={"all positions": "average only the real positions", "sum": "a mean, not a sum",
-                    "over T": "not by T"}),
-]
+known_wrong(check_masked_mean, "all positions", hint="average only the real positions", answer=_mean_of_all)
+known_wrong(check_masked_mean, "sum", hint="a mean, not a sum", answer=_mean_sum)
+known_wrong(check_masked_mean, "over T", hint="not by T", answer=_mean_over_T)
+META_CASES = meta_cases({check_mlm_corrupt: _corrupt_reference, check_freeze_body: _freeze_reference,
+                         check_masked_mean: _mean_reference})

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import check_against_reference, checker, known_wrong, meta_cases
 from ..interpret import first_token_score, induction_score, previous_token_score
 
 # %% auto #0
@@ -39,7 +39,15 @@ def _hand_patterns(T: int) -> Tensor:
     uniform = torch.ones(T, T).tril() / torch.arange(1, T + 1).unsqueeze(1)
     return torch.stack([prev, uniform])
 
-_PATTERNS = [_hand_patterns(8), _causal_patterns((6, 6), 0), _causal_patterns((2, 3, 9, 9), 1)]
+_PATTERN_CASES = [(_hand_patterns(8),), (_causal_patterns((6, 6), 0),), (_causal_patterns((2, 3, 9, 9), 1),)]
+
+def _check_score(fn, fn_name: str, reference, cases: list[tuple], mistakes, hint: str) -> None:
+    "Compare the reader's head score `fn` with `reference` on each case, (weights (..., T, T), *args) -> (...)."
+    check_against_reference(
+        fn, reference, cases, mistakes=mistakes, hint=hint,
+        what=lambda weights, *args: f"{fn_name}(weights of shape {tuple(weights.shape)}"
+                                    + "".join(f", period={period}" for period in args) + ")",
+        shape_hint="keep the leading axes: reduce only the (T, T) pattern to one number per head")
 
 # %% ../../nbs/checks/11_interpret.ipynb #69abb6cb
 def _previous_token_mistakes(weights: Tensor) -> dict:
@@ -56,15 +64,8 @@ def _previous_token_mistakes(weights: Tensor) -> dict:
 @checker("Exercise 11.1 — a previous-token score")
 def check_previous_token_score(my_previous_token_score) -> None:
     "`my_previous_token_score(weights)` must map (..., T, T) weights to (...) scores, as `previous_token_score`."
-    for weights in _PATTERNS:
-        what = f"my_previous_token_score(weights of shape {tuple(weights.shape)})"
-        got = call_learner(my_previous_token_score, weights.clone(), what=what)
-        expected = previous_token_score(weights)
-        hint = diagnose(got, _previous_token_mistakes(weights),
-                        "keep the leading axes: reduce only the (T, T) pattern to one number per head"
-                        if isinstance(got, Tensor) and got.shape != expected.shape else
-                        "take weights[..., i, i-1] for i = 1..T-1 and average them")
-        assert_tensors_close(got, expected, name=what, hint=hint)
+    _check_score(my_previous_token_score, "my_previous_token_score", previous_token_score, _PATTERN_CASES,
+                 _previous_token_mistakes, "take weights[..., i, i-1] for i = 1..T-1 and average them")
 
 # %% ../../nbs/checks/11_interpret.ipynb #0c3b2bfc
 def _induction_mistakes(weights: Tensor, period: int) -> dict:
@@ -87,15 +88,8 @@ _INDUCTION_CASES = [(_hand_patterns(8), 3), (_causal_patterns((6, 6), 2), 3), (_
 @checker("Exercise 11.2 — the induction score")
 def check_induction_score(my_induction_score) -> None:
     "`my_induction_score(weights, period)` must map (..., T, T) weights to (...) scores, as `induction_score`."
-    for weights, period in _INDUCTION_CASES:
-        what = f"my_induction_score(weights of shape {tuple(weights.shape)}, period={period})"
-        got = call_learner(my_induction_score, weights.clone(), period, what=what)
-        expected = induction_score(weights, period)
-        hint = diagnose(got, _induction_mistakes(weights, period),
-                        "keep the leading axes: reduce only the (T, T) pattern to one number per head"
-                        if isinstance(got, Tensor) and got.shape != expected.shape else
-                        "for each query i = L..T-1 take weights[..., i, i - L + 1], then average")
-        assert_tensors_close(got, expected, name=what, hint=hint)
+    _check_score(my_induction_score, "my_induction_score", induction_score, _INDUCTION_CASES, _induction_mistakes,
+                 "for each query i = L..T-1 take weights[..., i, i - L + 1], then average")
 
 # %% ../../nbs/checks/11_interpret.ipynb #cbf7bb9a
 def _first_token_mistakes(weights: Tensor) -> dict:
@@ -110,52 +104,40 @@ def _first_token_mistakes(weights: Tensor) -> dict:
 @checker("Exercise 11.3 — an attention-sink score")
 def check_first_token_score(my_first_token_score) -> None:
     "`my_first_token_score(weights)` must map (..., T, T) weights to (...) scores, as `first_token_score`."
-    for weights in _PATTERNS:
-        what = f"my_first_token_score(weights of shape {tuple(weights.shape)})"
-        got = call_learner(my_first_token_score, weights.clone(), what=what)
-        expected = first_token_score(weights)
-        hint = diagnose(got, _first_token_mistakes(weights),
-                        "keep the leading axes: reduce only the (T, T) pattern to one number per head"
-                        if isinstance(got, Tensor) and got.shape != expected.shape else
-                        "take weights[..., i, 0] for i = 1..T-1 and average them")
-        assert_tensors_close(got, expected, name=what, hint=hint)
+    _check_score(my_first_token_score, "my_first_token_score", first_token_score, _PATTERN_CASES,
+                 _first_token_mistakes, "take weights[..., i, 0] for i = 1..T-1 and average them")
 
 # %% ../../nbs/checks/11_interpret.ipynb #c8d11fee
+@known_wrong(check_previous_token_score, "main diagonal", hint="the query's own token")
 def _prev_main_diagonal(weights): return weights.diagonal(dim1=-2, dim2=-1).mean(-1)
+@known_wrong(check_previous_token_score, "divides by T", hint="not by T")
 def _prev_divide_by_T(weights): return weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / weights.shape[-1]
+@known_wrong(check_previous_token_score, "sums", hint="do not sum")
 def _prev_sum(weights): return weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1)
+@known_wrong(check_previous_token_score, "averages the leading axes away", hint="keep the leading axes")
 def _prev_all_axes(weights): return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean()
 
+@known_wrong(check_first_token_score, "query 0 included", hint="leave out query 0")
 def _first_with_query_0(weights): return weights[..., :, 0].mean(-1)
+@known_wrong(check_first_token_score, "row instead of column", hint="the column")
 def _first_row_not_column(weights): return weights[..., 0, 1:].mean(-1)
+@known_wrong(check_first_token_score, "sums", hint="do not sum")
 def _first_sum(weights): return weights[..., 1:, 0].sum(-1)
 
+@known_wrong(check_induction_score, "previous occurrence", hint="duplicate-token head")
 def _ind_previous_occurrence(weights, period):
     q = torch.arange(period, weights.shape[-1])
     return weights[..., q, q - period].mean(-1)
 
+@known_wrong(check_induction_score, "first copy included", hint="starts at query L")
 def _ind_from_first_copy(weights, period):
     q = torch.arange(period - 1, weights.shape[-1])
     return weights[..., q, q - period + 1].mean(-1)
 
+@known_wrong(check_induction_score, "sums", hint="do not sum")
 def _ind_sum(weights, period):
     q = torch.arange(period, weights.shape[-1])
     return weights[..., q, q - period + 1].sum(-1)
 
-META_CASES = [
-    MetaCase(check_previous_token_score, previous_token_score,
-             {"main diagonal": _prev_main_diagonal, "divides by T": _prev_divide_by_T, "sums": _prev_sum,
-              "averages the leading axes away": _prev_all_axes},
-             hints={"main diagonal": "the query's own token", "divides by T": "not by T", "sums": "do not sum",
-                    "averages the leading axes away": "keep the leading axes"}),
-    MetaCase(check_first_token_score, first_token_score,
-             {"query 0 included": _first_with_query_0, "row instead of column": _first_row_not_column,
-              "sums": _first_sum},
-             hints={"query 0 included": "leave out query 0", "row instead of column": "the column",
-                    "sums": "do not sum"}),
-    MetaCase(check_induction_score, induction_score,
-             {"previous occurrence": _ind_previous_occurrence, "first copy included": _ind_from_first_copy,
-              "sums": _ind_sum},
-             hints={"previous occurrence": "duplicate-token head", "first copy included": "starts at query L",
-                    "sums": "do not sum"}),
-]
+META_CASES = meta_cases({check_previous_token_score: previous_token_score, check_first_token_score: first_token_score,
+                         check_induction_score: induction_score})

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..lm_head import GPT, GPTConfig
 
 # %% auto #0
@@ -31,73 +31,80 @@ _COUNT_CONFIGS = [
     GPTConfig.gpt2_small(),
 ]
 
-def _diagnose(diff: int, c: GPTConfig) -> str:
+def _diagnose(diff: int, model_cfg: GPTConfig) -> str:
     "A hint for a count that is off by `diff` (= yours - expected)."
-    D = c.d_model
-    known = {c.vocab_size * D: "the tied matrix counted twice (tie_weights=True: E and the head are one tensor)",
-             -c.vocab_size * D: "the LM head's own matrix missing (tie_weights=False: it is a second (V, D) matrix)",
-             -c.context_length * D: "the learned position embeddings missing (a (context_length, D) table)",
-             c.context_length * D: "position embeddings counted for positional='sinusoidal' "
+    D, V, T = model_cfg.d_model, model_cfg.vocab_size, model_cfg.context_length
+    L, b = model_cfg.n_layers, model_cfg.bias
+    known = {V * D: "the tied matrix counted twice (tie_weights=True: E and the head are one tensor)",
+             -V * D: "the LM head's own matrix missing (tie_weights=False: it is a second (V, D) matrix)",
+             -T * D: "the learned position embeddings missing (a (context_length, D) table)",
+             T * D: "position embeddings counted for positional='sinusoidal' "
                                    "(a fixed buffer, not a parameter)"}
     if diff in known: return known[diff]
-    linear_biases = c.n_layers * (4 * D + c.d_ff + D)
-    if c.bias and diff in (-linear_biases, -linear_biases - (2 * c.n_layers + (c.norm == "pre")) * D):
+    linear_biases = L * (4 * D + model_cfg.d_ff + D)
+    if b and diff in (-linear_biases, -linear_biases - (2 * L + (model_cfg.norm == "pre")) * D):
         return "biases missing (every linear layer has one per output; LayerNorm has β)"
-    if diff < 0 and diff % D == 0 and -diff // D in (2 * c.n_layers * (1 + c.bias) + (1 + c.bias) * (c.norm == "pre"),
-                                                     2 * c.n_layers * (1 + c.bias), 1 + c.bias):
+    if diff < 0 and diff % D == 0 and -diff // D in (2 * L * (1 + b) + (1 + b) * (model_cfg.norm == "pre"),
+                                                     2 * L * (1 + b), 1 + b):
         return "LayerNorm parameters missing (γ and β in ln_1, ln_2 of every block, and ln_f for pre-norm)"
-    if c.norm == "post" and diff == D * (1 + c.bias): return "a final LayerNorm counted, but a post-norm model has none"
-    if not c.bias and diff > 0: return "biases counted, but bias=False"
+    if model_cfg.norm == "post" and diff == D * (1 + b):
+        return "a final LayerNorm counted, but a post-norm model has none"
+    if not b and diff > 0: return "biases counted, but bias=False"
     return "count each part: E, P, per block (ln_1, attn q/k/v/out, ln_2, mlp fc/proj), ln_f, and an untied lm_head"
 
 @checker("Exercise 6.1 — count a GPT's parameters")
 def check_count_params(count_params) -> None:
     "`count_params(config) -> int` must equal the number of distinct parameters of `GPT(config)`."
-    for c in _COUNT_CONFIGS:
+    for model_cfg in _COUNT_CONFIGS:
         with torch.device("meta"):
-            expected = GPT(c).n_params()
-        got = count_params(c)
+            expected = GPT(model_cfg).n_params()
+        got = count_params(model_cfg)
         if isinstance(got, Tensor): got = got.item()
         if not isinstance(got, int) or isinstance(got, bool):
             raise AssertionError(f"count_params returned {type(got).__name__} {got!r}; expected an int")
         if got != expected:
-            raise AssertionError(f"count_params({c}) = {got:,}, but GPT has {expected:,} parameters "
-                                 f"(off by {got - expected:+,}). Hint: {_diagnose(got - expected, c)}.")
+            raise AssertionError(f"count_params({model_cfg}) = {got:,}, but GPT has {expected:,} parameters "
+                                 f"(off by {got - expected:+,}). Hint: {_diagnose(got - expected, model_cfg)}.")
 
 # %% ../../nbs/checks/06_lm_head.ipynb #149035e9
-def _count_params(config: GPTConfig) -> int:
-    D, F, V, b = config.d_model, config.d_ff, config.vocab_size, int(config.bias)
+def _count_params(model_cfg: GPTConfig) -> int:
+    D, F, V, b = model_cfg.d_model, model_cfg.d_ff, model_cfg.vocab_size, int(model_cfg.bias)
     layer_norm = D + b * D
     block = 4 * D * D + b * 4 * D + 2 * D * F + b * (F + D) + 2 * layer_norm
-    n = V * D + (config.context_length * D if config.positional == "learned" else 0) + config.n_layers * block
-    return n + (layer_norm if config.norm == "pre" else 0) + (0 if config.tie_weights else V * D)
+    n = V * D + (model_cfg.context_length * D if model_cfg.positional == "learned" else 0) + model_cfg.n_layers * block
+    return n + (layer_norm if model_cfg.norm == "pre" else 0) + (0 if model_cfg.tie_weights else V * D)
 
-def _count_no_positions(config):  # forgets the learned position table
-    return _count_params(config) - (config.context_length * config.d_model if config.positional == "learned" else 0)
+@known_wrong(check_count_params, "no position embeddings", hint="position embeddings missing")
+def _count_no_positions(model_cfg):  # forgets the learned position table
+    learned = model_cfg.positional == "learned"
+    return _count_params(model_cfg) - (model_cfg.context_length * model_cfg.d_model if learned else 0)
 
-def _count_tied_twice(config):  # always counts a separate head matrix
-    return _count_params(config) + (config.vocab_size * config.d_model if config.tie_weights else 0)
+@known_wrong(check_count_params, "tied matrix counted twice", hint="counted twice")
+def _count_tied_twice(model_cfg):  # always counts a separate head matrix
+    return _count_params(model_cfg) + (model_cfg.vocab_size * model_cfg.d_model if model_cfg.tie_weights else 0)
 
-def _count_no_layer_norms(config):  # forgets every LayerNorm's γ and β
-    D, b = config.d_model, int(config.bias)
-    n_norms = 2 * config.n_layers + (config.norm == "pre")
-    return _count_params(config) - n_norms * (D + b * D)
+@known_wrong(check_count_params, "no LayerNorm parameters", hint="LayerNorm parameters missing")
+def _count_no_layer_norms(model_cfg):  # forgets every LayerNorm's γ and β
+    D, b = model_cfg.d_model, int(model_cfg.bias)
+    n_norms = 2 * model_cfg.n_layers + (model_cfg.norm == "pre")
+    return _count_params(model_cfg) - n_norms * (D + b * D)
 
-def _count_no_biases(config):  # forgets the linear layers' biases
-    D, F = config.d_model, config.d_ff
-    return _count_params(config) - (config.n_layers * (4 * D + F + D) if config.bias else 0)
+@known_wrong(check_count_params, "no biases", hint="biases missing")
+def _count_no_biases(model_cfg):  # forgets the linear layers' biases
+    D, F = model_cfg.d_model, model_cfg.d_ff
+    return _count_params(model_cfg) - (model_cfg.n_layers * (4 * D + F + D) if model_cfg.bias else 0)
 
 # %% ../../nbs/checks/06_lm_head.ipynb #7c0aa1b9
 @checker("Exercise 6.2 — tie the LM head to the embeddings")
 def check_tie_weights(tie_weights) -> None:
     "`tie_weights(model)` must make `model.lm_head` share `model.embeddings.token.weight` (one Parameter)."
-    config = GPTConfig(vocab_size=48, context_length=48, d_model=16, n_heads=2, n_layers=2, tie_weights=False)
+    model_cfg = GPTConfig(vocab_size=48, context_length=48, d_model=16, n_heads=2, n_layers=2, tie_weights=False)
     torch.manual_seed(0)
-    model = GPT(config)
+    model = GPT(model_cfg)
     E, n_before = model.embeddings.token.weight, model.n_params()
     out = call_learner(tie_weights, model)
     model = out if isinstance(out, GPT) else model
-    W, V, D = model.lm_head.weight, config.vocab_size, config.d_model
+    W, V, D = model.lm_head.weight, model_cfg.vocab_size, model_cfg.d_model
     if tuple(W.shape) != (V, D):
         raise AssertionError(f"lm_head.weight has shape {tuple(W.shape)}, expected (V, D) = {(V, D)}. Hint: nn.Linear "
                              "stores (out, in) and computes x @ weight.T, so the head's weight is E itself, not E.T.")
@@ -116,7 +123,7 @@ def check_tie_weights(tie_weights) -> None:
     if model.n_params() != n_before - V * D:
         raise AssertionError(f"the model has {model.n_params():,} parameters after tying, expected "
                              f"{n_before - V * D:,} ({n_before:,} minus one (V, D) matrix).")
-    reference = GPT(GPTConfig(**{**config.to_dict(), "tie_weights": True}))
+    reference = GPT(GPTConfig(**{**model_cfg.to_dict(), "tie_weights": True}))
     reference.load_state_dict(model.state_dict())
     ids = torch.randint(0, V, (2, 7), generator=torch.Generator().manual_seed(1))
     model.zero_grad()
@@ -132,15 +139,19 @@ def check_tie_weights(tie_weights) -> None:
 def _tie_weights(model):
     model.lm_head.weight = model.embeddings.token.weight
 
+@known_wrong(check_tie_weights, "copied values", hint="holds a copy of E")
 def _tie_by_copy(model):  # copies values: two tensors
     with torch.no_grad(): model.lm_head.weight.copy_(model.embeddings.token.weight)
 
+@known_wrong(check_tie_weights, "new Parameter", hint="different Parameter")
 def _tie_new_parameter(model):  # shares storage, but two Parameter objects
     model.lm_head.weight = nn.Parameter(model.embeddings.token.weight.data)
 
+@known_wrong(check_tie_weights, "transposed E", hint="not E.T")
 def _tie_transposed(model):  # E.T has shape (D, V)
     model.lm_head.weight = nn.Parameter(model.embeddings.token.weight.T)
 
+@known_wrong(check_tie_weights, "position table", hint="position-embedding table")
 def _tie_positions(model):  # the wrong matrix
     model.lm_head.weight = model.embeddings.position.weight
 
@@ -181,30 +192,18 @@ def check_lens_probs(lens_probs) -> None:
 def _lens_probs(model, h):
     return model.lm_head(model.ln_f(h)).softmax(dim=-1)
 
+@known_wrong(check_lens_probs, "skips ln_f", hint="normalise h with model.ln_f")
 def _lens_no_ln_f(model, h):  # skips the final LayerNorm
     return model.lm_head(h).softmax(dim=-1)
 
+@known_wrong(check_lens_probs, "softmax over positions", hint="runs over the positions")
 def _lens_wrong_axis(model, h):  # softmax over positions
     return model.lm_head(model.ln_f(h)).softmax(dim=1)
 
+@known_wrong(check_lens_probs, "logits, not probabilities", hint="you returned the logits")
 def _lens_logits(model, h):  # forgets the softmax
     return model.lm_head(model.ln_f(h))
 
 # %% ../../nbs/checks/06_lm_head.ipynb #e00c3b50
-META_CASES = [
-    MetaCase(check_count_params, _count_params, {"no position embeddings": _count_no_positions,
-                                                 "tied matrix counted twice": _count_tied_twice,
-                                                 "no LayerNorm parameters": _count_no_layer_norms,
-                                                 "no biases": _count_no_biases},
-             hints={"no position embeddings": "position embeddings missing",
-                    "tied matrix counted twice": "counted twice",
-                    "no LayerNorm parameters": "LayerNorm parameters missing", "no biases": "biases missing"}),
-    MetaCase(check_tie_weights, _tie_weights, {"copied values": _tie_by_copy, "new Parameter": _tie_new_parameter,
-                                               "transposed E": _tie_transposed, "position table": _tie_positions},
-             hints={"copied values": "holds a copy of E", "new Parameter": "different Parameter",
-                    "transposed E": "not E.T", "position table": "position-embedding table"}),
-    MetaCase(check_lens_probs, _lens_probs, {"skips ln_f": _lens_no_ln_f, "softmax over positions": _lens_wrong_axis,
-                                             "logits, not probabilities": _lens_logits},
-             hints={"skips ln_f": "normalise h with model.ln_f", "softmax over positions": "runs over the positions",
-                    "logits, not probabilities": "you returned the logits"}),
-]
+META_CASES = meta_cases({check_count_params: _count_params, check_tie_weights: _tie_weights,
+                         check_lens_probs: _lens_probs})

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..attention import scaled_dot_product_attention
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..masking import causal_mask, combine_masks, make_padding_mask
 
 # %% auto #0
@@ -160,59 +160,52 @@ def check_masked_attention(fn, # fn(q, k, v, mask) -> (..., T, d_v); mask (..., 
 
 # %% ../../nbs/checks/02_masking.ipynb #2fee89bc
 def _causal_reference(T): return torch.ones(T, T).tril().bool()
+@known_wrong(check_causal_mask, "upper triangle", hint="upper triangle")
 def _causal_upper(T): return torch.ones(T, T).triu().bool()
+@known_wrong(check_causal_mask, "diagonal missing", hint="diagonal is missing")
 def _causal_no_diagonal(T): return torch.ones(T, T).tril(-1).bool()
+@known_wrong(check_causal_mask, "flipped polarity", hint="polarity is flipped")
 def _causal_flipped(T): return torch.ones(T, T).triu(1).bool()
+@known_wrong(check_causal_mask, "int dtype", hint="expected torch.bool")
 def _causal_int(T): return torch.ones(T, T, dtype=torch.int64).tril()
 
 def _padding_reference(lengths, T): return torch.arange(T)[None, :] < lengths[:, None]
+@known_wrong(check_padding_mask, "flipped polarity", hint="polarity is flipped")
 def _padding_flipped(lengths, T): return torch.arange(T)[None, :] >= lengths[:, None]
+@known_wrong(check_padding_mask, "off by one", hint="off by one")
 def _padding_off_by_one(lengths, T): return torch.arange(T)[None, :] <= lengths[:, None]
+@known_wrong(check_padding_mask, "left padding", hint="padding is on the left")
 def _padding_left(lengths, T): return torch.arange(T)[None, :] >= (T - lengths)[:, None]
 
 def _combine_reference(causal, key_padding): return causal[None, None] & key_padding[:, None, None, :]
+@known_wrong(check_combine_masks, "OR instead of AND", hint="combines with OR")
 def _combine_or(causal, key_padding): return causal[None, None] | key_padding[:, None, None, :]
+@known_wrong(check_combine_masks, "no head axis", hint="head axis is missing")
 def _combine_no_head_axis(causal, key_padding): return causal[None] & key_padding[:, None, :]
+@known_wrong(check_combine_masks, "padding on queries", hint="applied to the queries")
 def _combine_padding_on_queries(causal, key_padding):
     return causal[None, None] & key_padding[:, None, :causal.shape[0], None]
 
+# %% ../../nbs/checks/02_masking.ipynb #0171c990
 def _attention_reference(q, k, v, mask):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, S)
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return (torch.softmax(scores, dim=-1) * mask.any(-1, keepdim=True)) @ v  # (..., T, S) @ (..., S, d_v)
+@known_wrong(check_masked_attention, "-inf gives NaN", hint="softmax over a row of -inf")
 def _attention_minus_inf(q, k, v, mask):  # NaN on fully masked rows
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
+@known_wrong(check_masked_attention, "flipped mask", hint="mask polarity is flipped")
 def _attention_flipped(q, k, v, mask):
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(mask, -1e9)
     return torch.softmax(scores, dim=-1) @ v
+@known_wrong(check_masked_attention, "fully masked rows not zeroed", hint="rows with no allowed key must output zeros")
 def _attention_unmasked_rows_uniform(q, k, v, mask):  # -1e9 instead of zeros: fully masked rows average all values
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -1e9)
     return torch.softmax(scores, dim=-1) @ v
 
-# %% ../../nbs/checks/02_masking.ipynb #0171c990
-META_CASES = [
-    MetaCase(check_causal_mask, _causal_reference,
-             wrong={"upper triangle": _causal_upper, "diagonal missing": _causal_no_diagonal,
-                    "flipped polarity": _causal_flipped, "int dtype": _causal_int},
-             hints={"upper triangle": "upper triangle", "diagonal missing": "diagonal is missing",
-                    "flipped polarity": "polarity is flipped", "int dtype": "expected torch.bool"}),
-    MetaCase(check_padding_mask, _padding_reference,
-             wrong={"flipped polarity": _padding_flipped, "off by one": _padding_off_by_one,
-                    "left padding": _padding_left},
-             hints={"flipped polarity": "polarity is flipped", "off by one": "off by one",
-                    "left padding": "padding is on the left"}),
-    MetaCase(check_combine_masks, _combine_reference,
-             wrong={"OR instead of AND": _combine_or, "no head axis": _combine_no_head_axis,
-                    "padding on queries": _combine_padding_on_queries},
-             hints={"OR instead of AND": "combines with OR", "no head axis": "head axis is missing",
-                    "padding on queries": "applied to the queries"}),
-    MetaCase(check_masked_attention, _attention_reference,
-             wrong={"-inf gives NaN": _attention_minus_inf, "flipped mask": _attention_flipped,
-                    "fully masked rows not zeroed": _attention_unmasked_rows_uniform},
-             hints={"-inf gives NaN": "softmax over a row of -inf", "flipped mask": "mask polarity is flipped",
-                    "fully masked rows not zeroed": "rows with no allowed key must output zeros"}),
-]
+META_CASES = meta_cases({check_causal_mask: _causal_reference, check_padding_mask: _padding_reference,
+                         check_combine_masks: _combine_reference, check_masked_attention: _attention_reference})
 
 # %% ../../nbs/checks/02_masking.ipynb #e792be7d
 from .attention import _grade_choice
@@ -245,10 +238,8 @@ def check_poll_causal_mask(answer, # "A", "B" or "C", the chosen (4, 4) matrix, 
     _grade_choice(answer, _CAUSAL_OPTIONS, "Question 2.1", match=_match_mask)
 
 # %% ../../nbs/checks/02_masking.ipynb #25a38b30
-META_CASES += [
-    MetaCase(check_poll_causal_mask, "B", wrong={"transpose": "A", "diagonal only": "C",
-                                                 "transpose (matrix)": _CAUSAL_CANDIDATES["A"],
-                                                 "not an option": torch.zeros(4, 4)},
-             hints={"transpose": "transpose", "diagonal only": "bigram", "transpose (matrix)": "transpose",
-                    "not an option": "not one of the options"}),
-]
+known_wrong(check_poll_causal_mask, "transpose", hint="transpose", answer="A")
+known_wrong(check_poll_causal_mask, "diagonal only", hint="bigram", answer="C")
+known_wrong(check_poll_causal_mask, "transpose (matrix)", hint="transpose", answer=_CAUSAL_CANDIDATES["A"])
+known_wrong(check_poll_causal_mask, "not an option", hint="not one of the options", answer=torch.zeros(4, 4))
+META_CASES += meta_cases({check_poll_causal_mask: "B"})

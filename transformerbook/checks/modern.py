@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..blocks import RMSNorm, SwiGLUFeedForward
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import (assert_tensors_close, call_learner, check_against_reference, checker,
+                                          diagnose, known_wrong, meta_cases)
 from ..embeddings import RotaryEmbedding, apply_rotary, rotate_half
 
 # %% auto #0
@@ -27,27 +28,30 @@ __all__ = ['META_CASES', 'check_rms_norm', 'check_apply_rotary', 'check_kv_cache
 def _rms_ref(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     return weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
-@checker("Exercise 12.1 — RMSNorm")
-def check_rms_norm(rms_norm) -> None:
-    "`rms_norm(x, weight, eps) -> Tensor` must equal `blocks.RMSNorm` (ε inside the square root, no mean subtracted)."
-    g = torch.Generator().manual_seed(0)
-    for scale, eps in ((3.0, 1e-6), (1e-3, 1e-2)):
-        x = torch.randn(2, 5, 8, generator=g, dtype=torch.float64) * scale + scale
-        weight = torch.rand(8, generator=g, dtype=torch.float64) + 0.5
-        ref = RMSNorm(8, eps=eps).double()
-        with torch.no_grad(): ref.weight.copy_(weight)
-        want = ref(x)
-        got = call_learner(rms_norm, x, weight, eps, what="rms_norm(x, weight, eps)")
-        ms = x.pow(2).mean(-1, keepdim=True)
-        hint = diagnose(got, {
-            "you subtracted the mean: that is LayerNorm; RMSNorm only divides by sqrt(mean(x²) + ε).":
+def _rms_norm_layer(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    "The book's `RMSNorm` layer with gain `weight`, on x (..., D)."
+    layer = RMSNorm(x.shape[-1], eps=eps).double()
+    with torch.no_grad(): layer.weight.copy_(weight)
+    return layer(x)
+
+def _rms_norm_mistakes(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tensor]:
+    ms = x.pow(2).mean(-1, keepdim=True)
+    return {"you subtracted the mean: that is LayerNorm; RMSNorm only divides by sqrt(mean(x²) + ε).":
                 weight * (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps),
             "ε belongs inside the square root: x / sqrt(mean(x²) + ε).": weight * x / (torch.sqrt(ms) + eps),
             "the gain γ (weight) is not applied.": x / torch.sqrt(ms + eps),
             "divide by the root of the mean of x², not of the sum.":
-                weight * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps),
-        }, default="compare with y = γ ⊙ x / sqrt(mean over the last axis of x² + ε).")
-        assert_tensors_close(got, want, name="RMSNorm output", hint=hint)
+                weight * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps)}
+
+@checker("Exercise 12.1 — RMSNorm")
+def check_rms_norm(rms_norm) -> None:
+    "`rms_norm(x, weight, eps) -> Tensor` must equal `blocks.RMSNorm` (ε inside the square root, no mean subtracted)."
+    g = torch.Generator().manual_seed(0)
+    cases = [(torch.randn(2, 5, 8, generator=g, dtype=torch.float64) * scale + scale,
+              torch.rand(8, generator=g, dtype=torch.float64) + 0.5, eps) for scale, eps in ((3.0, 1e-6), (1e-3, 1e-2))]
+    check_against_reference(rms_norm, _rms_norm_layer, cases, what="rms_norm(x, weight, eps)", name="RMSNorm output",
+                            mistakes=_rms_norm_mistakes,
+                            hint="compare with y = γ ⊙ x / sqrt(mean over the last axis of x² + ε).")
 
 # %% ../../nbs/checks/12_modern.ipynb #d69ba3e7
 def _rotary_ref(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -91,8 +95,8 @@ def check_kv_cache_size(cache_bytes) -> None:
     from transformerbook.sampling import kv_cache_bytes
     dtypes = {2: torch.bfloat16, 4: torch.float32}
     for L, H, KV, Dh, T, nbytes in _CACHE_CASES:
-        cfg = GPTConfig(vocab_size=8, context_length=8, d_model=H * Dh, n_heads=H, n_kv_heads=KV, n_layers=L)
-        want = kv_cache_bytes(cfg, T, 1, dtypes[nbytes])
+        model_cfg = GPTConfig(vocab_size=8, context_length=8, d_model=H * Dh, n_heads=H, n_kv_heads=KV, n_layers=L)
+        want = kv_cache_bytes(model_cfg, T, 1, dtypes[nbytes])
         got = call_learner(cache_bytes, L, H, KV, Dh, T, nbytes,
                            what=f"cache_bytes({L}, {H}, {KV}, {Dh}, {T}, {nbytes})")
         if got == want: continue
@@ -157,30 +161,31 @@ def _swiglu_variant(kind: str) -> type:
             return self.w2(F.silu(a))  # "no gate"
     return Wrong
 
-META_CASES = [
-    MetaCase(check_rms_norm, _rms_ref,
-             wrong={"mean subtracted": lambda x, w, eps: w * (x - x.mean(-1, keepdim=True))
-                                                         / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps),
-                    "eps outside sqrt": lambda x, w, eps: w * x / (torch.sqrt(x.pow(2).mean(-1, keepdim=True)) + eps),
-                    "no gain": lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)},
-             hints={"mean subtracted": "that is LayerNorm", "eps outside sqrt": "inside the square root",
-                    "no gain": "gain γ"}),
-    MetaCase(check_apply_rotary, _rotary_ref,
-             wrong={"wrong direction":
-                        lambda x, c, s: x * c + torch.cat([x.chunk(2, -1)[1], -x.chunk(2, -1)[0]], -1) * s,
-                    "no sine": lambda x, c, s: x * c,
-                    "interleaved": lambda x, c, s: torch.stack(
-                        [x[..., 0::2] * c[:, :x.shape[-1] // 2] - x[..., 1::2] * s[:, :x.shape[-1] // 2],
-                         x[..., 0::2] * s[:, :x.shape[-1] // 2] + x[..., 1::2] * c[:, :x.shape[-1] // 2]],
-                        -1).flatten(-2)},
-             hints={"wrong direction": "wrong way", "no sine": "sine term is missing",
-                    "interleaved": "interleaved layout"}),
-    MetaCase(check_kv_cache_size, _cache_ref,
-             wrong={"all heads": lambda L, H, KV, Dh, T, b: 2 * L * H * Dh * T * b,
-                    "keys only": lambda L, H, KV, Dh, T, b: L * KV * Dh * T * b,
-                    "elements": lambda L, H, KV, Dh, T, b: 2 * L * KV * Dh * T},
-             hints={"all heads": "n_kv_heads per layer", "keys only": "keys AND values", "elements": "in bytes"}),
-    MetaCase(check_swiglu, _SwiGLURef,
-             wrong={k: _swiglu_variant(k) for k in ("gate on up", "gelu", "no gate")},
-             hints={"gate on up": "wrong projection", "gelu": "not GELU", "no gate": "gate is missing"}),
-]
+@known_wrong(check_rms_norm, "mean subtracted", hint="that is LayerNorm")
+def _rms_mean_subtracted(x, w, eps):
+    return w * (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps)
+@known_wrong(check_rms_norm, "eps outside sqrt", hint="inside the square root")
+def _rms_eps_outside(x, w, eps): return w * x / (torch.sqrt(x.pow(2).mean(-1, keepdim=True)) + eps)
+@known_wrong(check_rms_norm, "no gain", hint="gain γ")
+def _rms_no_gain(x, w, eps): return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+@known_wrong(check_apply_rotary, "wrong direction", hint="wrong way")
+def _rotary_wrong_direction(x, c, s): return x * c + torch.cat([x.chunk(2, -1)[1], -x.chunk(2, -1)[0]], -1) * s
+@known_wrong(check_apply_rotary, "no sine", hint="sine term is missing")
+def _rotary_no_sine(x, c, s): return x * c
+@known_wrong(check_apply_rotary, "interleaved", hint="interleaved layout")
+def _rotary_interleaved(x, c, s):
+    even, odd, half = x[..., 0::2], x[..., 1::2], x.shape[-1] // 2
+    return torch.stack([even * c[:, :half] - odd * s[:, :half], even * s[:, :half] + odd * c[:, :half]], -1).flatten(-2)
+
+@known_wrong(check_kv_cache_size, "all heads", hint="n_kv_heads per layer")
+def _cache_all_heads(L, H, KV, Dh, T, b): return 2 * L * H * Dh * T * b
+@known_wrong(check_kv_cache_size, "keys only", hint="keys AND values")
+def _cache_keys_only(L, H, KV, Dh, T, b): return L * KV * Dh * T * b
+@known_wrong(check_kv_cache_size, "elements", hint="in bytes")
+def _cache_elements(L, H, KV, Dh, T, b): return 2 * L * KV * Dh * T
+
+for kind, hint in {"gate on up": "wrong projection", "gelu": "not GELU", "no gate": "gate is missing"}.items():
+    known_wrong(check_swiglu, kind, hint=hint, answer=_swiglu_variant(kind))
+META_CASES = meta_cases({check_rms_norm: _rms_ref, check_apply_rotary: _rotary_ref, check_kv_cache_size: _cache_ref,
+                         check_swiglu: _SwiGLURef})

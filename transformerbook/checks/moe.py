@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..moe import MoEFeedForward, TopKRouter, load_balancing_loss
 
 # %% auto #0
@@ -164,13 +164,16 @@ def check_moe_dispatch(
         assert_tensors_close(out, expected, f"moe_dispatch output ({N}, 12), top_k={top_k}", hint=hint)
 
 # %% ../../nbs/checks/10_moe.ipynb #630ed352
+@known_wrong(check_top_k_gate, "not renormalised", hint="not renormalised")
 def _gate_no_renorm(logits, top_k):
     return logits.softmax(-1).topk(top_k, -1)
 
+@known_wrong(check_top_k_gate, "softmax over tokens", hint="wrong axis")
 def _gate_wrong_axis(logits, top_k):
     w, i = logits.softmax(0).topk(top_k, -1)
     return w / w.sum(-1, keepdim=True), i
 
+@known_wrong(check_top_k_gate, "no softmax", hint="raw logits")
 def _gate_no_softmax(logits, top_k):
     return logits.topk(top_k, -1)
 
@@ -202,20 +205,12 @@ def _dispatch_variant(kind: str):
         return y
     return moe_dispatch
 
-META_CASES = [
-    MetaCase(check_top_k_gate, reference=_top_k_gate_ref,
-             wrong={"not renormalised": _gate_no_renorm, "softmax over tokens": _gate_wrong_axis,
-                    "no softmax": _gate_no_softmax},
-             hints={"not renormalised": "not renormalised", "softmax over tokens": "wrong axis",
-                    "no softmax": "raw logits"}),
-    MetaCase(check_load_balancing_loss, reference=_balance_variant("reference"),
-             wrong={k: _balance_variant(k) for k in ("no E factor", "counts instead of fractions",
-                                                      "probabilities instead of counts", "divided by k", "detached")},
-             hints={"no E factor": "factor E", "counts instead of fractions": "not a count",
-                    "probabilities instead of counts": "counts the routing decisions", "divided by k": "divided by N·k",
-                    "detached": "no gradient"}),
-    MetaCase(check_moe_dispatch, reference=_dispatch_ref,
-             wrong={k: _dispatch_variant(k) for k in ("weights not applied", "first choice only", "overwrites")},
-             hints={"weights not applied": "weights are not applied", "first choice only": "only the first",
-                    "overwrites": "overwrite each other"}),
-]
+for kind, hint in {"no E factor": "factor E", "counts instead of fractions": "not a count",
+                   "probabilities instead of counts": "counts the routing decisions", "divided by k": "divided by N·k",
+                   "detached": "no gradient"}.items():
+    known_wrong(check_load_balancing_loss, kind, hint=hint, answer=_balance_variant(kind))
+for kind, hint in {"weights not applied": "weights are not applied", "first choice only": "only the first",
+                   "overwrites": "overwrite each other"}.items():
+    known_wrong(check_moe_dispatch, kind, hint=hint, answer=_dispatch_variant(kind))
+META_CASES = meta_cases({check_top_k_gate: _top_k_gate_ref, check_load_balancing_loss: _balance_variant("reference"),
+                         check_moe_dispatch: _dispatch_ref})

@@ -18,7 +18,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..masking import causal_mask, combine_masks, make_padding_mask
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
 
@@ -220,12 +220,15 @@ def check_from_torch(fn, # fn(torch_mha: nn.MultiheadAttention) -> MultiHeadAtte
 def _split_reference(x, n_heads):
     B, T, D = x.shape
     return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)  # (B, T, H, Dh) -> (B, H, T, Dh)
+@known_wrong(check_split_heads, "view(B, H, T, Dh) directly", hint="straight to (B, H, T, Dh)")
 def _split_direct_view(x, n_heads):
     B, T, D = x.shape
     return x.view(B, n_heads, T, D // n_heads)
+@known_wrong(check_split_heads, "heads interleaved", hint="interleaves the heads")
 def _split_interleaved(x, n_heads):
     B, T, D = x.shape
     return x.view(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)
+@known_wrong(check_split_heads, "no transpose", hint="= (B, T, H, Dh)")
 def _split_no_transpose(x, n_heads):
     B, T, D = x.shape
     return x.view(B, T, n_heads, D // n_heads)
@@ -233,12 +236,15 @@ def _split_no_transpose(x, n_heads):
 def _merge_reference(x):
     B, H, T, Dh = x.shape
     return x.transpose(1, 2).reshape(B, T, H * Dh)
+@known_wrong(check_merge_heads, "no transpose", hint="straight to (B, T, D)")
 def _merge_no_transpose(x):
     B, H, T, Dh = x.shape
     return x.reshape(B, T, H * Dh)
+@known_wrong(check_merge_heads, "heads in reverse order", hint="reverse order")
 def _merge_reversed(x):
     B, H, T, Dh = x.shape
     return x.flip(1).transpose(1, 2).reshape(B, T, H * Dh)
+@known_wrong(check_merge_heads, "heads interleaved", hint="interleaves the heads")
 def _merge_interleaved(x):
     B, H, T, Dh = x.shape
     return x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)
@@ -264,16 +270,23 @@ class _MHAReference(nn.Module):
         out = _merge_reference(weights @ v)  # (B, T, D)
         return self.out_proj(out) if self.use_out_proj else out
 
+@known_wrong(check_multihead_class, "scaled by sqrt(d_model)", hint="not 1/sqrt(d_model)")
 class _MHAScaleDModel(_MHAReference):
     def __init__(self, d_model, n_heads): super().__init__(d_model, n_heads, scale_by_d_model=True)
+@known_wrong(check_multihead_class, "no out_proj", hint="apply out_proj")
 class _MHANoOutProj(_MHAReference):
     def __init__(self, d_model, n_heads): super().__init__(d_model, n_heads, use_out_proj=False)
+@known_wrong(check_multihead_class, "mask ignored", hint="the mask is ignored")
 class _MHAIgnoresMask(_MHAReference):
     def __init__(self, d_model, n_heads): super().__init__(d_model, n_heads, use_mask=False)
+@known_wrong(check_multihead_class, "-inf fill", hint="float('-inf')")
 class _MHAMinusInf(_MHAReference):  # -inf fill: NaN on a fully masked row
     def __init__(self, d_model, n_heads): super().__init__(d_model, n_heads, fill=float("-inf"))
+@known_wrong(check_multihead_class, "fully masked rows not zeroed",
+             hint="a query whose keys are all masked must output 0")
 class _MHAEmptyRowsNotZeroed(_MHAReference):  # finite fill, but a fully masked row averages all the values
     def __init__(self, d_model, n_heads): super().__init__(d_model, n_heads, fill=-1e9)
+@known_wrong(check_multihead_class, "no q_proj attribute", hint="needs an attribute q_proj")
 class _MHAOneLinear(nn.Module):  # a fused qkv projection: no q_proj attribute
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -281,33 +294,13 @@ class _MHAOneLinear(nn.Module):  # a fused qkv projection: no q_proj attribute
 
 
 def _from_torch_reference(theirs): return _from_torch(theirs)
+@known_wrong(check_from_torch, "q and k swapped", hint="wrong order")
 def _from_torch_kqv(theirs): return _from_torch(theirs, order=(1, 0, 2))
+@known_wrong(check_from_torch, "weights transposed", hint="transposed the weights")
 def _from_torch_transposed(theirs): return _from_torch(theirs, transpose=True)
+@known_wrong(check_from_torch, "biases dropped", hint="biases are missing")
 def _from_torch_no_bias(theirs): return _from_torch(theirs, biases=False)
 
 # %% ../../nbs/checks/03_multihead.ipynb #3777d0e3
-META_CASES = [
-    MetaCase(check_split_heads, _split_reference,
-             wrong={"view(B, H, T, Dh) directly": _split_direct_view, "heads interleaved": _split_interleaved,
-                    "no transpose": _split_no_transpose},
-             hints={"view(B, H, T, Dh) directly": "straight to (B, H, T, Dh)",
-                    "heads interleaved": "interleaves the heads", "no transpose": "= (B, T, H, Dh)"}),
-    MetaCase(check_merge_heads, _merge_reference,
-             wrong={"no transpose": _merge_no_transpose, "heads in reverse order": _merge_reversed,
-                    "heads interleaved": _merge_interleaved},
-             hints={"no transpose": "straight to (B, T, D)", "heads in reverse order": "reverse order",
-                    "heads interleaved": "interleaves the heads"}),
-    MetaCase(check_multihead_class, _MHAReference,
-             wrong={"scaled by sqrt(d_model)": _MHAScaleDModel, "no out_proj": _MHANoOutProj,
-                    "mask ignored": _MHAIgnoresMask, "no q_proj attribute": _MHAOneLinear,
-                    "-inf fill": _MHAMinusInf, "fully masked rows not zeroed": _MHAEmptyRowsNotZeroed},
-             hints={"scaled by sqrt(d_model)": "not 1/sqrt(d_model)", "no out_proj": "apply out_proj",
-                    "mask ignored": "the mask is ignored", "no q_proj attribute": "needs an attribute q_proj",
-                    "-inf fill": "float('-inf')",
-                    "fully masked rows not zeroed": "a query whose keys are all masked must output 0"}),
-    MetaCase(check_from_torch, _from_torch_reference,
-             wrong={"q and k swapped": _from_torch_kqv, "weights transposed": _from_torch_transposed,
-                    "biases dropped": _from_torch_no_bias},
-             hints={"q and k swapped": "wrong order", "weights transposed": "transposed the weights",
-                    "biases dropped": "biases are missing"}),
-]
+META_CASES = meta_cases({check_split_heads: _split_reference, check_merge_heads: _merge_reference,
+                         check_multihead_class: _MHAReference, check_from_torch: _from_torch_reference})

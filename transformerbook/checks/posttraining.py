@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import (assert_tensors_close, call_learner, check_against_reference, checker,
+                                          diagnose, known_wrong, meta_cases)
 from ..finetune import IGNORE_INDEX
 from ..lm_head import GPT, GPTConfig
 from ..posttraining import dpo_loss, response_logprobs, sft_targets
@@ -65,6 +66,10 @@ def check_sft_targets(fn: Callable, # fn(token_ids (B, L) int64, loss_mask (B, L
         "targets = token_ids[:, 1:] where loss_mask[:, 1:], else IGNORE_INDEX.")
     assert_tensors_close(out[1], expected, name="targets", hint=hint)
 
+known_wrong(check_sft_targets, "unshifted mask", hint="first answer token", answer=_sft_unshifted_mask)
+known_wrong(check_sft_targets, "no mask", hint="user's text", answer=_sft_no_mask)
+known_wrong(check_sft_targets, "no shift", hint="NEXT token", answer=_sft_no_shift)
+
 # %% ../../nbs/checks/13_posttraining.ipynb #63c785ac
 def _dpo_reference(pc, pr, rc, rr, beta): return -F.logsigmoid(beta * ((pc - rc) - (pr - rr))).mean()
 def _dpo_sign(pc, pr, rc, rr, beta): return -F.logsigmoid(beta * ((pr - rr) - (pc - rc))).mean()
@@ -91,6 +96,10 @@ def check_dpo_loss(fn: Callable, # fn(policy_chosen, policy_rejected, ref_chosen
     zero = call_learner(fn, rc, rr, rc, rr, 0.1, what="fn(policy == reference)")
     if abs(float(zero) - math.log(2)) > 1e-9:
         raise AssertionError(f"at step 0 (policy == reference) the loss is {float(zero):.6g}, expected ln 2 = 0.693.")
+
+known_wrong(check_dpo_loss, "sign", hint="sign error", answer=_dpo_sign)
+known_wrong(check_dpo_loss, "no reference", hint="reference model is missing", answer=_dpo_no_reference)
+known_wrong(check_dpo_loss, "no beta", hint="beta is missing", answer=_dpo_no_beta)
 
 # %% ../../nbs/checks/13_posttraining.ipynb #7f8d75c6
 def _logprobs_reference(model, token_ids, loss_mask): return response_logprobs(model, token_ids, loss_mask)
@@ -130,6 +139,9 @@ def check_policy_logprobs(fn: Callable, # fn(model, token_ids (B, L), loss_mask 
         raise AssertionError(f"after 20 steps the DPO loss is {loss.item():.3f}, still about ln 2 = 0.693: the "
                              "policy is not being updated.")
 
+known_wrong(check_policy_logprobs, "frozen policy", hint="stay at ln 2", answer=_logprobs_frozen)
+known_wrong(check_policy_logprobs, "mean", hint="not a mean", answer=_logprobs_mean)
+
 # %% ../../nbs/checks/13_posttraining.ipynb #a5d9cf00
 def _lora_reference(x, weight, bias, lora_A, lora_B, alpha, rank):
     return F.linear(x, weight, bias) + (alpha / rank) * (x @ lora_A.T @ lora_B.T)
@@ -144,14 +156,18 @@ def check_lora_forward(fn: Callable, # fn(x (N, in), weight (out, in), bias (out
                       ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
     "Check `fn` against W₀x + b + (α/r)·BAx with a non-zero B at ranks 2 and 8; name the mistake."
     g = torch.Generator().manual_seed(0)
-    for rank, alpha in ((2, 16.0), (8, 4.0)):
-        args = (torch.randn(5, 12, generator=g), torch.randn(6, 12, generator=g), torch.randn(6, generator=g),
-                torch.randn(rank, 12, generator=g), torch.randn(6, rank, generator=g), alpha, rank)
-        got = call_learner(fn, *args, what=f"fn(..., alpha={alpha}, rank={rank})")
-        hint = diagnose(got, {"the update is missing its scale alpha / rank.": _lora_no_scale(*args),
-                              "scale by alpha / rank, not alpha.": _lora_alpha_only(*args)},
-                        "y = x W₀ᵀ + b + (alpha / rank) · x Aᵀ Bᵀ.")
-        assert_tensors_close(got, _lora_reference(*args), name=f"output at rank {rank}", hint=hint)
+    cases = [(torch.randn(5, 12, generator=g), torch.randn(6, 12, generator=g), torch.randn(6, generator=g),
+              torch.randn(rank, 12, generator=g), torch.randn(6, rank, generator=g), alpha, rank)
+             for rank, alpha in ((2, 16.0), (8, 4.0))]
+    check_against_reference(fn, _lora_reference, cases, hint="y = x W₀ᵀ + b + (alpha / rank) · x Aᵀ Bᵀ.",
+                            what=lambda *args: f"fn(..., alpha={args[-2]}, rank={args[-1]})",
+                            name=lambda *args: f"output at rank {args[-1]}",
+                            mistakes=lambda *args: {"the update is missing its scale alpha / rank.":
+                                                        _lora_no_scale(*args),
+                                                    "scale by alpha / rank, not alpha.": _lora_alpha_only(*args)})
+
+known_wrong(check_lora_forward, "no alpha/r", hint="missing its scale alpha / rank", answer=_lora_no_scale)
+known_wrong(check_lora_forward, "alpha only", hint="not alpha", answer=_lora_alpha_only)
 
 # %% ../../nbs/checks/13_posttraining.ipynb #8e2f1010
 def _frontier_reference(points, kl_budget):
@@ -177,21 +193,10 @@ def check_frontier_reading(fn: Callable, # fn(points [{"method", "kl", "reward"}
                 if got == _frontier_lowest_kl(_FRONTIER, budget) else "filter by KL, then take the highest reward.")
         raise AssertionError(f"at a KL budget of {budget} nats you chose {got!r}, expected {want!r}. Hint: {hint}")
 
+known_wrong(check_frontier_reading, "ignores KL", hint="not affordable", answer=_frontier_ignores_kl)
+known_wrong(check_frontier_reading, "lowest KL", hint="HIGHEST reward", answer=_frontier_lowest_kl)
+
 # %% ../../nbs/checks/13_posttraining.ipynb #d7d355ac
-META_CASES = [
-    MetaCase(check_sft_targets, reference=_sft_reference,
-             wrong={"unshifted mask": _sft_unshifted_mask, "no mask": _sft_no_mask, "no shift": _sft_no_shift},
-             hints={"unshifted mask": "first answer token", "no mask": "user's text", "no shift": "NEXT token"}),
-    MetaCase(check_dpo_loss, reference=_dpo_reference,
-             wrong={"sign": _dpo_sign, "no reference": _dpo_no_reference, "no beta": _dpo_no_beta},
-             hints={"sign": "sign error", "no reference": "reference model is missing", "no beta": "beta is missing"}),
-    MetaCase(check_policy_logprobs, reference=_logprobs_reference,
-             wrong={"frozen policy": _logprobs_frozen, "mean": _logprobs_mean},
-             hints={"frozen policy": "stay at ln 2", "mean": "not a mean"}),
-    MetaCase(check_lora_forward, reference=_lora_reference,
-             wrong={"no alpha/r": _lora_no_scale, "alpha only": _lora_alpha_only},
-             hints={"no alpha/r": "missing its scale alpha / rank", "alpha only": "not alpha"}),
-    MetaCase(check_frontier_reading, reference=_frontier_reference,
-             wrong={"ignores KL": _frontier_ignores_kl, "lowest KL": _frontier_lowest_kl},
-             hints={"ignores KL": "not affordable", "lowest KL": "HIGHEST reward"}),
-]
+META_CASES = meta_cases({check_sft_targets: _sft_reference, check_dpo_loss: _dpo_reference,
+                         check_policy_logprobs: _logprobs_reference, check_lora_forward: _lora_reference,
+                         check_frontier_reading: _frontier_reference})

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker
+from .core import assert_tensors_close, call_learner, checker, known_wrong, meta_cases
 from ..multihead import MultiHeadAttention
 from ..sampling import LayerKVCache, apply_temperature, top_k_filter, top_p_filter
 
@@ -254,12 +254,14 @@ class _ConcatKVCache:
     "The wrong variants' base: an empty cache whose `update` each subclass gets wrong."
     def __init__(self): self.k = self.v = None
 
+@known_wrong(check_kv_cache_update, "overwrites", hint="you returned only the newest keys/values")
 class _OverwritingKVCache(_ConcatKVCache):
     "Wrong: keeps only the newest keys and values."
     def update(self, k, v):
         self.k, self.v = k, v
         return k, v
 
+@known_wrong(check_kv_cache_update, "heads axis", hint="along the sequence axis")
 class _WrongDimKVCache(_ConcatKVCache):
     "Wrong: concatenates along the heads axis (dim 1)."
     def update(self, k, v):
@@ -267,6 +269,7 @@ class _WrongDimKVCache(_ConcatKVCache):
         self.v = v if self.v is None else torch.cat([self.v, v], dim=1)
         return self.k, self.v
 
+@known_wrong(check_kv_cache_update, "feature axis", hint="along the sequence axis")
 class _LastDimKVCache(_ConcatKVCache):
     "Wrong: concatenates along the feature axis (dim -1)."
     def update(self, k, v):
@@ -274,20 +277,24 @@ class _LastDimKVCache(_ConcatKVCache):
         self.v = v if self.v is None else torch.cat([self.v, v], dim=-1)
         return self.k, self.v
 
+@known_wrong(check_top_k, "keeps k+1", hint="you keep k+1 tokens")
 def _top_k_plus_one(logits, k):
     "Wrong: keeps k + 1 tokens."
     return top_k_filter(logits, min(k + 1, logits.shape[-1]))
 
+@known_wrong(check_top_k, "keeps k-1", hint="you keep k-1 tokens")
 def _top_k_minus_one(logits, k):
     "Wrong: keeps only logits strictly greater than the k-th largest (k - 1 tokens)."
     kth = torch.topk(logits, min(k, logits.shape[-1])).values[..., -1:]
     return logits.masked_fill(logits <= kth, float("-inf"))
 
+@known_wrong(check_top_k, "drops ties", hint="both tied tokens stay")
 def _top_k_no_ties(logits, k):
     "Wrong at ties: keeps exactly the k indices torch.topk returns."
     idx = torch.topk(logits, min(k, logits.shape[-1])).indices
     return torch.full_like(logits, float("-inf")).scatter(-1, idx, logits.gather(-1, idx))
 
+@known_wrong(check_top_p, "excludes the crossing token", hint="you dropped the token that carries the total across p")
 def _top_p_excludes_crossing(logits, p):
     "Wrong: keeps only tokens whose running total (including themselves) stays below p."
     sorted_logits, order = torch.sort(logits, descending=True)
@@ -295,6 +302,7 @@ def _top_p_excludes_crossing(logits, p):
     remove = cum >= p
     return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
 
+@known_wrong(check_top_p, "keeps one extra", hint="you kept one token too many")
 def _top_p_one_extra(logits, p):
     "Wrong: keeps one token beyond the nucleus."
     sorted_logits, order = torch.sort(logits, descending=True)
@@ -303,68 +311,52 @@ def _top_p_one_extra(logits, p):
     remove[..., 1:] = before[..., :-1] >= p
     return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
 
+@known_wrong(check_top_p, "not sorted", hint="you did not keep the most probable")
 def _top_p_unsorted(logits, p):
     "Wrong: the running total is taken in vocabulary order, without sorting by probability."
     probs = logits.softmax(-1)
     remove = (probs.cumsum(-1) - probs) >= p  # drop a token once the total before it has reached p
     return logits.masked_fill(remove, float("-inf"))
 
+@known_wrong(check_top_k, "finfo.min instead of -inf", hint="must be float('-inf')")
 def _top_k_finite_fill(logits, k):
     "Wrong: removed tokens get torch.finfo(dtype).min instead of -inf."
     kept = torch.isfinite(top_k_filter(logits, k))
     return logits.masked_fill(~kept, torch.finfo(logits.dtype).min)
 
+@known_wrong(check_top_p, "-1e9 instead of -inf", hint="must be float('-inf')")
 def _top_p_finite_fill(logits, p):
     "Wrong: removed tokens get -1e9 instead of -inf."
     kept = torch.isfinite(top_p_filter(logits, p))
     return logits.masked_fill(~kept, -1e9)
 
+@known_wrong(check_temperature, "multiplies by τ", hint="you multiplied the logits by τ")
 def _temperature_multiplied(logits, temperature):
     "Wrong: multiplies by τ."
     return logits * temperature
 
+@known_wrong(check_temperature, "divides probabilities", hint="you returned probabilities")
 def _temperature_after_softmax(logits, temperature):
     "Wrong: divides the probabilities by τ."
     return torch.softmax(logits, -1) / temperature
 
+@known_wrong(check_tail_probability, "tail ** n", hint="chance that *every* draw is in the tail")
 def _tail_all_steps(probs, p, n_steps):
     "Wrong: chance that every draw is in the tail."
     return _tail_probability(probs, p, 1) ** n_steps
 
+@known_wrong(check_tail_probability, "union bound", hint="only the union bound")
 def _tail_union_bound(probs, p, n_steps):
     "Wrong: n · tail (the union bound)."
     return n_steps * _tail_probability(probs, p, 1)
 
+@known_wrong(check_tail_probability, "nucleus without the crossing token",
+             hint="the nucleus includes the token that crosses p")
 def _tail_wrong_nucleus(probs, p, n_steps):
     "Wrong: the nucleus leaves out the token that crosses p."
     nucleus = torch.isfinite(_top_p_excludes_crossing(probs.double().log(), p))
     return 1.0 - (1.0 - float(probs.double()[~nucleus].sum())) ** n_steps
 
 # %% ../../nbs/checks/07_sampling.ipynb #7856197e
-META_CASES = [
-    MetaCase(check_temperature, apply_temperature,
-             {"multiplies by τ": _temperature_multiplied, "divides probabilities": _temperature_after_softmax},
-             hints={"multiplies by τ": "you multiplied the logits by τ",
-                    "divides probabilities": "you returned probabilities"}),
-    MetaCase(check_top_k, top_k_filter,
-             {"keeps k+1": _top_k_plus_one, "keeps k-1": _top_k_minus_one, "drops ties": _top_k_no_ties,
-              "finfo.min instead of -inf": _top_k_finite_fill},
-             hints={"keeps k+1": "you keep k+1 tokens", "keeps k-1": "you keep k-1 tokens",
-                    "drops ties": "both tied tokens stay", "finfo.min instead of -inf": "must be float('-inf')"}),
-    MetaCase(check_top_p, top_p_filter,
-             {"excludes the crossing token": _top_p_excludes_crossing, "keeps one extra": _top_p_one_extra,
-              "not sorted": _top_p_unsorted, "-1e9 instead of -inf": _top_p_finite_fill},
-             hints={"excludes the crossing token": "you dropped the token that carries the total across p",
-                    "keeps one extra": "you kept one token too many",
-                    "not sorted": "you did not keep the most probable",
-                    "-1e9 instead of -inf": "must be float('-inf')"}),
-    MetaCase(check_kv_cache_update, _ReferenceKVCache,
-             {"overwrites": _OverwritingKVCache, "heads axis": _WrongDimKVCache, "feature axis": _LastDimKVCache},
-             hints={"overwrites": "you returned only the newest keys/values", "heads axis": "along the sequence axis",
-                    "feature axis": "along the sequence axis"}),
-    MetaCase(check_tail_probability, _tail_probability,
-             {"tail ** n": _tail_all_steps, "union bound": _tail_union_bound,
-              "nucleus without the crossing token": _tail_wrong_nucleus},
-             hints={"tail ** n": "chance that *every* draw is in the tail", "union bound": "only the union bound",
-                    "nucleus without the crossing token": "the nucleus includes the token that crosses p"}),
-]
+META_CASES = meta_cases({check_temperature: apply_temperature, check_top_k: top_k_filter, check_top_p: top_p_filter,
+                         check_kv_cache_update: _ReferenceKVCache, check_tail_probability: _tail_probability})

@@ -17,7 +17,7 @@ import math
 import torch
 from torch import Tensor
 
-from .core import MetaCase, call_learner, checker
+from .core import call_learner, checker, known_wrong, meta_cases
 from ..lm_head import GPTConfig
 from ..scaling import (BESIROGLU_2024, HOFFMANN_2022, ChinchillaLaw, count_params, fit_power_law,
                                      flops_per_token, power_law)
@@ -34,9 +34,9 @@ _FLOPS_CONFIGS = [
     GPTConfig.gpt2_small(),
 ]
 
-def _reference_training_flops(config: GPTConfig, n_tokens) -> float:
-    N = count_params(config, non_embedding=True)
-    return flops_per_token(N, config.n_layers, config.context_length, config.d_model, training=True) * n_tokens
+def _reference_training_flops(model_cfg: GPTConfig, n_tokens) -> float:
+    N = count_params(model_cfg, non_embedding=True)
+    return flops_per_token(N, model_cfg.n_layers, model_cfg.context_length, model_cfg.d_model, training=True) * n_tokens
 
 def _as_number(x, what: str) -> float:
     if isinstance(x, Tensor) and x.numel() == 1: x = x.item()
@@ -48,14 +48,14 @@ def _as_number(x, what: str) -> float:
 def check_training_flops(kaplan_training_flops) -> None:
     ("`kaplan_training_flops(config, n_tokens)` must be D · 3 · (2N + 2·n_layers·context_length·d_model), "
      "N non-embedding.")
-    for config in _FLOPS_CONFIGS:
+    for model_cfg in _FLOPS_CONFIGS:
         for n_tokens in (1_000_000, 3 * 10 ** 11):
-            what = f"kaplan_training_flops(<{config.n_layers} layers, d_model={config.d_model}>, {n_tokens:,})"
-            got = _as_number(call_learner(kaplan_training_flops, config, n_tokens, what=what), what)
-            expected = _reference_training_flops(config, n_tokens)
+            what = f"kaplan_training_flops(<{model_cfg.n_layers} layers, d_model={model_cfg.d_model}>, {n_tokens:,})"
+            got = _as_number(call_learner(kaplan_training_flops, model_cfg, n_tokens, what=what), what)
+            expected = _reference_training_flops(model_cfg, n_tokens)
             if math.isclose(got, expected, rel_tol=1e-9): continue
-            N, N_total = count_params(config, non_embedding=True), count_params(config)
-            L, T, D = config.n_layers, config.context_length, config.d_model
+            N, N_total = count_params(model_cfg, non_embedding=True), count_params(model_cfg)
+            L, T, D = model_cfg.n_layers, model_cfg.context_length, model_cfg.d_model
             known = {"you counted the forward pass only (2 FLOPs per weight); training adds the backward pass, "
                      "2x the forward, so it is 3x forward (about 6ND, not 2ND)": expected / 3,
                      "N must be the non-embedding count: leave out the token and position tables":
@@ -68,14 +68,18 @@ def check_training_flops(kaplan_training_flops) -> None:
                                  f"Hint: {hint}.")
 
 # %% ../../nbs/checks/09_scaling.ipynb #d7c1587e
-def _flops_forward_only(config, n_tokens):  # 2ND: forgets the backward pass
-    return _reference_training_flops(config, n_tokens) / 3
+@known_wrong(check_training_flops, "forward only (2ND)", hint="forward pass only")
+def _flops_forward_only(model_cfg, n_tokens):  # 2ND: forgets the backward pass
+    return _reference_training_flops(model_cfg, n_tokens) / 3
 
-def _flops_total_params(config, n_tokens):  # uses the total count, embeddings included
-    return 3 * n_tokens * (2 * count_params(config) + 2 * config.n_layers * config.context_length * config.d_model)
+@known_wrong(check_training_flops, "embeddings in N", hint="non-embedding count")
+def _flops_total_params(model_cfg, n_tokens):  # uses the total count, embeddings included
+    L, T, D = model_cfg.n_layers, model_cfg.context_length, model_cfg.d_model
+    return 3 * n_tokens * (2 * count_params(model_cfg) + 2 * L * T * D)
 
-def _flops_no_attention(config, n_tokens):  # 6ND with no context term
-    return 6 * count_params(config, non_embedding=True) * n_tokens
+@known_wrong(check_training_flops, "no attention term", hint="attention term is missing")
+def _flops_no_attention(model_cfg, n_tokens):  # 6ND with no context term
+    return 6 * count_params(model_cfg, non_embedding=True) * n_tokens
 
 # %% ../../nbs/checks/09_scaling.ipynb #c2a1b5bb
 _LAWS = [HOFFMANN_2022, BESIROGLU_2024, ChinchillaLaw(E=1.5, A=300.0, B=1000.0, alpha=0.5, beta=0.25)]
@@ -121,20 +125,24 @@ def check_compute_optimal(compute_optimal) -> None:
 def _compute_optimal(flops, E, A, B, alpha, beta):
     return ChinchillaLaw(E, A, B, alpha, beta).compute_optimal(flops)
 
+@known_wrong(check_compute_optimal, "budget as 2ND", hint="C = 2ND")
 def _optimal_2nd(flops, E, A, B, alpha, beta):  # budget written as C = 2ND
     G = (alpha * A / (beta * B)) ** (1 / (alpha + beta))
     n = G * (flops / 2) ** (beta / (alpha + beta))
     return n, flops / (2 * n)
 
+@known_wrong(check_compute_optimal, "N and D swapped", hint="N and D are swapped")
 def _optimal_swapped(flops, E, A, B, alpha, beta):  # returns (D, N)
     n, d = _compute_optimal(flops, E, A, B, alpha, beta)
     return d, n
 
+@known_wrong(check_compute_optimal, "exponents swapped", hint="exponents are swapped")
 def _optimal_swapped_exponents(flops, E, A, B, alpha, beta):  # N ∝ (C/6)^(alpha/(alpha+beta))
     G = (alpha * A / (beta * B)) ** (1 / (alpha + beta))
     n = G * (flops / 6) ** (alpha / (alpha + beta))
     return n, flops / (6 * n)
 
+@known_wrong(check_compute_optimal, "20N rule of thumb", hint="rule of thumb")
 def _optimal_20n(flops, E, A, B, alpha, beta):  # the rule of thumb: D = 20N, 6ND = C
     n = math.sqrt(flops / 120)
     return n, 20 * n
@@ -184,6 +192,7 @@ def check_fit_power_law(my_fit_power_law) -> None:
 def _fit_power_law(x, losses):
     return fit_power_law(x, losses)
 
+@known_wrong(check_fit_power_law, "fitted the losses in linear space", hint="take the log of the losses")
 def _fit_linear_losses(x, losses):  # regresses L, not log L, on log x
     u = x.log()
     slope = ((u - u.mean()) * (losses - losses.mean())).sum() / ((u - u.mean()) ** 2).sum()
@@ -191,30 +200,16 @@ def _fit_linear_losses(x, losses):  # regresses L, not log L, on log x
     alpha = -slope.item()
     return math.exp(intercept.item() / alpha), alpha
 
+@known_wrong(check_fit_power_law, "wrong sign of the exponent", hint="check the sign")
 def _fit_wrong_sign(x, losses):  # returns the slope itself as alpha
     x_c, alpha = fit_power_law(x, losses)
     return x_c, -alpha
 
+@known_wrong(check_fit_power_law, "x_c = exp(intercept)", hint="exp(intercept / alpha)")
 def _fit_x_c_from_intercept(x, losses):  # forgets to divide the intercept by alpha
     x_c, alpha = fit_power_law(x, losses)
     return math.exp(alpha * math.log(x_c)), alpha
 
 # %% ../../nbs/checks/09_scaling.ipynb #7319f6dc
-META_CASES = [
-    MetaCase(check_training_flops, _reference_training_flops,
-             {"forward only (2ND)": _flops_forward_only, "embeddings in N": _flops_total_params,
-              "no attention term": _flops_no_attention},
-             hints={"forward only (2ND)": "forward pass only", "embeddings in N": "non-embedding count",
-                    "no attention term": "attention term is missing"}),
-    MetaCase(check_compute_optimal, _compute_optimal,
-             {"budget as 2ND": _optimal_2nd, "N and D swapped": _optimal_swapped,
-              "exponents swapped": _optimal_swapped_exponents, "20N rule of thumb": _optimal_20n},
-             hints={"budget as 2ND": "C = 2ND", "N and D swapped": "N and D are swapped",
-                    "exponents swapped": "exponents are swapped", "20N rule of thumb": "rule of thumb"}),
-    MetaCase(check_fit_power_law, _fit_power_law,
-             {"fitted the losses in linear space": _fit_linear_losses, "wrong sign of the exponent": _fit_wrong_sign,
-              "x_c = exp(intercept)": _fit_x_c_from_intercept},
-             hints={"fitted the losses in linear space": "take the log of the losses",
-                    "wrong sign of the exponent": "check the sign",
-                    "x_c = exp(intercept)": "exp(intercept / alpha)"}),
-]
+META_CASES = meta_cases({check_training_flops: _reference_training_flops, check_compute_optimal: _compute_optimal,
+                         check_fit_power_law: _fit_power_law})

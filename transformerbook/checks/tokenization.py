@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .core import MetaCase, call_learner, checker
+from .core import call_learner, checker, known_wrong, meta_cases
 from ..tokenization import BasicBPETokenizer, get_pair_counts, merge, most_frequent_pair
 
 # %% auto #0
@@ -175,20 +175,24 @@ def check_decode(fn, # the learner's `decode(ids, vocab) -> str`
 # %% ../../nbs/checks/05a_tokenization.ipynb #bac05e63
 _counts_non_overlapping = _count_skipping_overlaps  # the same mistake, as a learner's get_pair_counts
 
+@known_wrong(check_get_pair_counts, "counts the wrap-around pair", hint="wrap-around pair")
 def _counts_wraparound(ids):
     "Also counts the pair (last, first), as if the text were circular."
     return get_pair_counts(list(ids) + list(ids[:1])) if len(ids) > 1 else {}
 
+@known_wrong(check_get_pair_counts, "presence instead of counts", hint="not how often")
 def _counts_presence(ids):
     "Records which pairs occur, not how often."
     return {pair: 1 for pair in zip(ids, ids[1:])}
 
+@known_wrong(check_merge, "merges only the first occurrence", hint="only the first occurrence")
 def _merge_first_only(ids, pair, new_id):
     "Merges only the first occurrence."
     for i in range(len(ids) - 1):
         if (ids[i], ids[i + 1]) == tuple(pair): return ids[:i] + [new_id] + ids[i + 2:]
     return list(ids)
 
+@known_wrong(check_merge, "overlapping merge", hint="skip both ids of a merged pair")
 def _merge_overlapping(ids, pair, new_id):
     "Steps one id after a match, so overlapping occurrences both merge and the second half is kept."
     out = []
@@ -196,10 +200,12 @@ def _merge_overlapping(ids, pair, new_id):
         out.append(new_id if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair) else ids[i])
     return out
 
+@known_wrong(check_merge, "scans right to left", hint="scanned right to left")
 def _merge_right_to_left(ids, pair, new_id):
     "Scans from the right: aaa -> [97, 256]."
     return merge(ids[::-1], tuple(pair)[::-1], new_id)[::-1]
 
+@known_wrong(check_merge, "drops the last id", hint="lost the final id")
 def _merge_drops_last(ids, pair, new_id):
     "Loops to len(ids) - 1 and forgets the final id when it is not merged."
     out, i = [], 0
@@ -214,75 +220,48 @@ def _merge_drops_last(ids, pair, new_id):
 
 def _train_reference(text, vocab_size): return BasicBPETokenizer().train(text, vocab_size).merges
 
+def _train_variant(text, vocab_size, ids=None, pick=most_frequent_pair, apply_merges=True, stop=True):
+    "The BPE training loop with one step changed: the ids it starts from, how it picks a pair, applying, stopping."
+    ids, merges = list(text.encode("utf-8")) if ids is None else ids, {}
+    for new_id in range(256, vocab_size):
+        counts = get_pair_counts(ids)
+        if stop and not counts: break
+        pair = pick(counts)
+        ids, merges[pair] = merge(ids, pair, new_id) if apply_merges else ids, new_id
+    return merges
+
+@known_wrong(check_train_bpe, "ties go to the pair seen first", hint="not to the pair seen first")
 def _train_first_seen(text, vocab_size):
     "Breaks ties by the pair seen first (minbpe's `max(counts, key=counts.get)`), not the smallest pair."
-    ids, merges = list(text.encode("utf-8")), {}
-    for new_id in range(256, vocab_size):
-        counts = get_pair_counts(ids)
-        if not counts: break
-        pair = max(counts, key=counts.get)
-        ids, merges[pair] = merge(ids, pair, new_id), new_id
-    return merges
+    return _train_variant(text, vocab_size, pick=lambda counts: max(counts, key=counts.get))
 
+@known_wrong(check_train_bpe, "never applies the merges", hint="never apply the merges")
 def _train_never_merges(text, vocab_size):
     "Counts the original bytes every step without applying the merges, so the same pair wins every time."
-    ids, merges = list(text.encode("utf-8")), {}
-    for new_id in range(256, vocab_size):
-        counts = get_pair_counts(ids)
-        if not counts: break
-        merges[most_frequent_pair(counts)] = new_id
-    return merges
+    return _train_variant(text, vocab_size, apply_merges=False)
 
+@known_wrong(check_train_bpe, "characters instead of bytes", hint="not on characters")
 def _train_characters(text, vocab_size):
     "Starts from characters' code points instead of UTF-8 bytes."
-    ids, merges = [ord(c) for c in text], {}
-    for new_id in range(256, vocab_size):
-        counts = get_pair_counts(ids)
-        if not counts: break
-        pair = most_frequent_pair(counts)
-        ids, merges[pair] = merge(ids, pair, new_id), new_id
-    return merges
+    return _train_variant(text, vocab_size, ids=[ord(c) for c in text])
 
+@known_wrong(check_train_bpe, "does not stop", hint="stop when no pairs are left")
 def _train_no_stop(text, vocab_size):
     "Does not stop when the text has become a single token."
-    ids, merges = list(text.encode("utf-8")), {}
-    for new_id in range(256, vocab_size):
-        pair = most_frequent_pair(get_pair_counts(ids))
-        ids, merges[pair] = merge(ids, pair, new_id), new_id
-    return merges
+    return _train_variant(text, vocab_size, stop=False)
 
 def _decode_reference(ids, vocab): return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+@known_wrong(check_decode, "decodes token by token", hint="join the bytes of all tokens first")
 def _decode_per_token(ids, vocab): return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
+@known_wrong(check_decode, "token by token, strict", hint="join the bytes of all tokens first")
 def _decode_per_token_strict(ids, vocab): return "".join(vocab[i].decode("utf-8") for i in ids)
+@known_wrong(check_decode, "latin-1 instead of UTF-8", hint="as Latin-1")
 def _decode_latin1(ids, vocab): return b"".join(vocab[i] for i in ids).decode("latin-1")
+@known_wrong(check_decode, "strict UTF-8 (no errors='replace')", hint="errors='replace'")
 def _decode_strict(ids, vocab): return b"".join(vocab[i] for i in ids).decode("utf-8")
 
 # %% ../../nbs/checks/05a_tokenization.ipynb #ad1d58e5
-META_CASES = [
-    MetaCase(check_get_pair_counts, reference=get_pair_counts,
-             wrong={"non-overlapping counts (like str.count)": _counts_non_overlapping,
-                    "counts the wrap-around pair": _counts_wraparound, "presence instead of counts": _counts_presence},
-             hints={"non-overlapping counts (like str.count)": "overlapping pairs count",
-                    "counts the wrap-around pair": "wrap-around pair", "presence instead of counts": "not how often"}),
-    MetaCase(check_merge, reference=merge,
-             wrong={"merges only the first occurrence": _merge_first_only, "overlapping merge": _merge_overlapping,
-                    "scans right to left": _merge_right_to_left, "drops the last id": _merge_drops_last},
-             hints={"merges only the first occurrence": "only the first occurrence",
-                    "overlapping merge": "skip both ids of a merged pair",
-                    "scans right to left": "scanned right to left", "drops the last id": "lost the final id"}),
-    MetaCase(check_train_bpe, reference=_train_reference,
-             wrong={"ties go to the pair seen first": _train_first_seen,
-                    "never applies the merges": _train_never_merges,
-                    "characters instead of bytes": _train_characters, "does not stop": _train_no_stop},
-             hints={"ties go to the pair seen first": "not to the pair seen first",
-                    "never applies the merges": "never apply the merges",
-                    "characters instead of bytes": "not on characters",
-                    "does not stop": "stop when no pairs are left"}),
-    MetaCase(check_decode, reference=_decode_reference,
-             wrong={"decodes token by token": _decode_per_token, "token by token, strict": _decode_per_token_strict,
-                    "latin-1 instead of UTF-8": _decode_latin1, "strict UTF-8 (no errors='replace')": _decode_strict},
-             hints={"decodes token by token": "join the bytes of all tokens first",
-                    "token by token, strict": "join the bytes of all tokens first",
-                    "latin-1 instead of UTF-8": "as Latin-1",
-                    "strict UTF-8 (no errors='replace')": "errors='replace'"}),
-]
+known_wrong(check_get_pair_counts, "non-overlapping counts (like str.count)", hint="overlapping pairs count",
+            answer=_counts_non_overlapping)
+META_CASES = meta_cases({check_get_pair_counts: get_pair_counts, check_merge: merge, check_train_bpe: _train_reference,
+                         check_decode: _decode_reference})

@@ -18,7 +18,7 @@ import math
 import torch
 from torch import Tensor
 
-from .core import MetaCase, assert_tensors_close, call_learner, checker, diagnose
+from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..corpus import pack_documents
 from ..recipes import TrainConfig
 from ..training import cross_entropy_loss, lr_at
@@ -133,76 +133,84 @@ _SCHEDULES = [TrainConfig(max_iters=200, learning_rate=1e-3, min_lr=1e-4, warmup
               TrainConfig(max_iters=50, learning_rate=6e-4, min_lr=6e-5, warmup_iters=3),
               TrainConfig(max_iters=40, learning_rate=1e-2, min_lr=0.0, warmup_iters=0)]
 
-def _cosine(s: int, cfg: TrainConfig, shift: int = 0, min_lr: float | None = None) -> float:
+def _cosine(s: int, train_cfg: TrainConfig, shift: int = 0, min_lr: float | None = None) -> float:
     "The cosine part of the schedule at step s, with its ratio shifted by `shift` steps and an optional other floor."
-    lo = cfg.min_lr if min_lr is None else min_lr
-    ratio = (s - cfg.warmup_iters + shift) / (cfg.decay_iters - cfg.warmup_iters)
-    return lo + 0.5 * (1 + math.cos(math.pi * ratio)) * (cfg.learning_rate - lo)
+    lo = train_cfg.min_lr if min_lr is None else min_lr
+    ratio = (s - train_cfg.warmup_iters + shift) / (train_cfg.decay_iters - train_cfg.warmup_iters)
+    return lo + 0.5 * (1 + math.cos(math.pi * ratio)) * (train_cfg.learning_rate - lo)
 
-def _lr_mistakes(s: int, cfg: TrainConfig) -> dict[str, float]:
+def _lr_mistakes(s: int, train_cfg: TrainConfig) -> dict[str, float]:
     "Hint -> the rate at step s of each classic schedule mistake (only the ones that apply at s)."
-    W, D = cfg.warmup_iters, cfg.decay_iters
+    W, D = train_cfg.warmup_iters, train_cfg.decay_iters
     if s < W:
         return {"there is no warm-up: the rate must rise linearly to learning_rate over warmup_iters steps":
-                    cfg.learning_rate,
-                "warm-up is lr·(s+1)/(W+1): step 0 already gets a small positive rate": cfg.learning_rate * s / W}
+                    train_cfg.learning_rate,
+                "warm-up is lr·(s+1)/(W+1): step 0 already gets a small positive rate":
+                    train_cfg.learning_rate * s / W}
     if s >= D:
         return {"after decay_iters the rate stays at min_lr (not 0)": 0.0}
-    return {"the cosine goes from learning_rate down to min_lr, not to 0": _cosine(s, cfg, min_lr=0.0),
+    return {"the cosine goes from learning_rate down to min_lr, not to 0": _cosine(s, train_cfg, min_lr=0.0),
             "the cosine is one step late: its ratio is (s - W) / (D - W), so the rate is learning_rate "
             "exactly at s = W":
-                _cosine(s, cfg, shift=1),
+                _cosine(s, train_cfg, shift=1),
             "the cosine is one step early: its ratio is (s - W) / (D - W), so the rate is learning_rate "
             "exactly at s = W":
-                _cosine(s, cfg, shift=-1)}
+                _cosine(s, train_cfg, shift=-1)}
 
 @checker("Exercise 8.3 — warm-up and cosine decay")
 def check_lr_schedule(lr_schedule) -> None:
     "Check `lr_schedule(step, cfg)` against `lr_at` at every step of three schedules (and past their end)."
-    for cfg in _SCHEDULES:
-        for s in range(cfg.decay_iters + 10):
-            out = call_learner(lr_schedule, s, cfg, what=f"lr_schedule({s}, cfg)")
+    for train_cfg in _SCHEDULES:
+        for s in range(train_cfg.decay_iters + 10):
+            out = call_learner(lr_schedule, s, train_cfg, what=f"lr_schedule({s}, cfg)")
             try:
                 out = float(out)
             except (TypeError, ValueError, RuntimeError):
                 raise AssertionError(f"lr_schedule({s}, cfg) should return a number, "
                                      f"got {type(out).__name__}.") from None
-            expected = lr_at(s, cfg)
+            expected = lr_at(s, train_cfg)
             if math.isclose(out, expected, rel_tol=1e-6, abs_tol=1e-12): continue
-            hint = next((h for h, wrong in _lr_mistakes(s, cfg).items()
+            hint = next((h for h, wrong in _lr_mistakes(s, train_cfg).items()
                          if math.isclose(out, wrong, rel_tol=1e-6, abs_tol=1e-12)), None)
             if hint is None:  # not a known mistake: say what the rate should be in this phase
-                hint = ("warm-up is lr·(s+1)/(W+1), rising linearly to learning_rate" if s < cfg.warmup_iters else
-                        "after decay_iters the rate stays at min_lr" if s >= cfg.decay_iters else
+                hint = ("warm-up is lr·(s+1)/(W+1), rising linearly to learning_rate" if s < train_cfg.warmup_iters else
+                        "after decay_iters the rate stays at min_lr" if s >= train_cfg.decay_iters else
                         "the cosine is min_lr + ½(1 + cos(π(s - W)/(D - W)))(learning_rate - min_lr)")
-            raise AssertionError(f"lr at step {s} (warmup_iters={cfg.warmup_iters}, decay_iters={cfg.decay_iters}) "
+            W, D = train_cfg.warmup_iters, train_cfg.decay_iters
+            raise AssertionError(f"lr at step {s} (warmup_iters={W}, decay_iters={D}) "
                                  f"is {out:.6g}, expected {expected:.6g}. Hint: {hint}.")
 
 # %% ../../nbs/checks/08_training.ipynb #86c4b308
+@known_wrong(check_lm_loss, "targets not shifted", hint="the targets are not shifted")
 def _loss_unshifted(logits, token_ids, pad_id):
     "Wrong: position t scored against its own token."
     return cross_entropy_loss(logits, token_ids.masked_fill(token_ids == pad_id, -100), ignore_index=-100)
 
+@known_wrong(check_lm_loss, "pads averaged in", hint="padded positions are counted")
 def _loss_with_pads(logits, token_ids, pad_id):
     "Wrong: padded targets are averaged in."
     return cross_entropy_loss(logits[:, :-1], token_ids[:, 1:])
 
+@known_wrong(check_lm_loss, "ignore_index=0 hard-coded", hint="do not hard-code 0")
 def _loss_ignores_zero(logits, token_ids, pad_id):
     "Wrong: ignore_index=0 hard-coded instead of pad_id."
     return cross_entropy_loss(logits[:, :-1], token_ids[:, 1:], ignore_index=0)
 
+@known_wrong(check_lm_loss, "softmax over positions", hint="softmax runs over the wrong axis")
 def _loss_wrong_axis(logits, token_ids, pad_id):
     "Wrong: log-softmax over the positions axis."
     keep = token_ids[:, 1:] != pad_id
     nll = -torch.log_softmax(logits, dim=1)[:, :-1].gather(-1, token_ids[:, 1:, None]).squeeze(-1)
     return (nll * keep).sum() / keep.sum()
 
+@known_wrong(check_pack, "no separators", hint="put eos_token_id after every document")
 def _pack_no_separators(documents, context_length, eos_token_id):
     "Wrong: documents run into each other."
     stream = [t for d in documents for t in d]
     n = len(stream) // context_length
     return torch.tensor(stream[:n * context_length], dtype=torch.long).view(n, context_length)
 
+@known_wrong(check_pack, "eos only between documents", hint="the last full window is missing")
 def _pack_between_only(documents, context_length, eos_token_id):
     "Wrong: eos only between documents, none after the last."
     stream = []
@@ -210,16 +218,19 @@ def _pack_between_only(documents, context_length, eos_token_id):
     n = len(stream) // context_length
     return torch.tensor(stream[:n * context_length], dtype=torch.long).view(n, context_length)
 
+@known_wrong(check_pack, "drops an exact last window", hint="the last full window is missing")
 def _pack_drops_exact_last(documents, context_length, eos_token_id):
     "Wrong: `range(0, len - T, T)` loses the last window when the length is an exact multiple of T."
     stream = [t for d in documents for t in [*d, eos_token_id]]
     rows = [stream[i:i + context_length] for i in range(0, len(stream) - context_length, context_length)]
     return torch.tensor(rows, dtype=torch.long).view(len(rows), context_length)
 
+@known_wrong(check_pack, "separator 0 hard-coded", hint="you used 0 as the separator")
 def _pack_zero_separator(documents, context_length, eos_token_id):
     "Wrong: 0 hard-coded as the separator."
     return pack_documents(documents, context_length, 0)
 
+@known_wrong(check_pack, "pads the last window", hint="keep only full windows")
 def _pack_pads_last(documents, context_length, eos_token_id):
     "Wrong: the partial last window is kept, padded with eos."
     stream = [t for d in documents for t in [*d, eos_token_id]]
@@ -227,47 +238,30 @@ def _pack_pads_last(documents, context_length, eos_token_id):
     stream += [eos_token_id] * (n * context_length - len(stream))
     return torch.tensor(stream, dtype=torch.long).view(n, context_length)
 
-def _lr_no_warmup(step, cfg):
+@known_wrong(check_lr_schedule, "no warm-up", hint="there is no warm-up")
+def _lr_no_warmup(step, train_cfg):
     "Wrong: starts at the peak."
-    return lr_at(step, TrainConfig(**{**cfg.to_dict(), "warmup_iters": 0, "lr_decay_iters": cfg.decay_iters}))
+    no_warmup = {**train_cfg.to_dict(), "warmup_iters": 0, "lr_decay_iters": train_cfg.decay_iters}
+    return lr_at(step, TrainConfig(**no_warmup))
 
-def _lr_to_zero(step, cfg):
+@known_wrong(check_lr_schedule, "decays to zero", hint="down to min_lr, not to 0")
+def _lr_to_zero(step, train_cfg):
     "Wrong: the cosine decays to 0, not min_lr."
-    return lr_at(step, TrainConfig(**{**cfg.to_dict(), "min_lr": 0.0}))
+    return lr_at(step, TrainConfig(**{**train_cfg.to_dict(), "min_lr": 0.0}))
 
-def _lr_warmup_from_zero(step, cfg):
+@known_wrong(check_lr_schedule, "warm-up from zero", hint="step 0 already gets a small positive rate")
+def _lr_warmup_from_zero(step, train_cfg):
     "Wrong: warm-up lr·s/W, so step 0 trains with rate 0."
-    return cfg.learning_rate * step / cfg.warmup_iters if step < cfg.warmup_iters else lr_at(step, cfg)
+    if step >= train_cfg.warmup_iters: return lr_at(step, train_cfg)
+    return train_cfg.learning_rate * step / train_cfg.warmup_iters
 
-def _lr_late_cosine(step, cfg):
+@known_wrong(check_lr_schedule, "cosine one step late", hint="the cosine is one step late")
+def _lr_late_cosine(step, train_cfg):
     "Wrong: the cosine's ratio is off by one step."
-    if cfg.warmup_iters <= step < cfg.decay_iters:
-        ratio = (step - cfg.warmup_iters + 1) / (cfg.decay_iters - cfg.warmup_iters)
-        return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
-    return lr_at(step, cfg)
+    if train_cfg.warmup_iters <= step < train_cfg.decay_iters:
+        ratio = (step - train_cfg.warmup_iters + 1) / (train_cfg.decay_iters - train_cfg.warmup_iters)
+        return train_cfg.min_lr + 0.5 * (1 + math.cos(math.pi * ratio)) * (train_cfg.learning_rate - train_cfg.min_lr)
+    return lr_at(step, train_cfg)
 
 # %% ../../nbs/checks/08_training.ipynb #5c486fe1
-META_CASES = [
-    MetaCase(check_lm_loss, lm_loss_reference,
-             {"targets not shifted": _loss_unshifted, "pads averaged in": _loss_with_pads,
-              "softmax over positions": _loss_wrong_axis, "ignore_index=0 hard-coded": _loss_ignores_zero},
-             hints={"targets not shifted": "the targets are not shifted",
-                    "pads averaged in": "padded positions are counted",
-                    "softmax over positions": "softmax runs over the wrong axis",
-                    "ignore_index=0 hard-coded": "do not hard-code 0"}),
-    MetaCase(check_pack, pack_documents,
-             {"no separators": _pack_no_separators, "eos only between documents": _pack_between_only,
-              "drops an exact last window": _pack_drops_exact_last, "pads the last window": _pack_pads_last,
-              "separator 0 hard-coded": _pack_zero_separator},
-             hints={"no separators": "put eos_token_id after every document",
-                    "eos only between documents": "the last full window is missing",
-                    "drops an exact last window": "the last full window is missing",
-                    "pads the last window": "keep only full windows",
-                    "separator 0 hard-coded": "you used 0 as the separator"}),
-    MetaCase(check_lr_schedule, lr_at,
-             {"no warm-up": _lr_no_warmup, "decays to zero": _lr_to_zero, "warm-up from zero": _lr_warmup_from_zero,
-              "cosine one step late": _lr_late_cosine},
-             hints={"no warm-up": "there is no warm-up", "decays to zero": "down to min_lr, not to 0",
-                    "warm-up from zero": "step 0 already gets a small positive rate",
-                    "cosine one step late": "the cosine is one step late"}),
-]
+META_CASES = meta_cases({check_lm_loss: lm_loss_reference, check_pack: pack_documents, check_lr_schedule: lr_at})
