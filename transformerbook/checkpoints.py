@@ -196,9 +196,9 @@ def resume_config(saved: dict, # the checkpoint's `train_config`
 
 def check_resumable(ckpt: dict, model: GPT, tokenizer, path: Path) -> None:
     "`CheckpointError` unless the checkpoint holds optimizer state for this model and tokenizer."
-    if ckpt["model_config"] != model.config.to_dict():
-        diff = {k: (v, model.config.to_dict().get(k)) for k, v in ckpt["model_config"].items()
-                if model.config.to_dict().get(k) != v}
+    saved, ours = GPTConfig.from_dict(ckpt["model_config"]).to_dict(), model.config.to_dict()  # old field names too
+    if saved != ours:
+        diff = {k: (v, ours.get(k)) for k, v in saved.items() if ours.get(k) != v}
         raise CheckpointError(f"cannot resume from {path}: its model config differs ({{field: (checkpoint, this run)}} "
                               f"= {diff})")
     if ckpt["optimizer"] is None or ckpt["train_config"] is None or ckpt["history"] is None:

@@ -35,7 +35,7 @@ from torch import Tensor
 from .lm_head import GPT, GPTConfig, eval_mode, logit_lens
 from .model_cache import run_dir
 from .training import CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint
-from .training import load_dataset, load_model, save_checkpoint, train
+from .training import load_dataset, load_model, model_key, save_checkpoint, train
 from .validation import check_choice, check_in_interval, check_int_in_range, check_positive_int
 from .validation import check_positive_ints
 
@@ -269,7 +269,7 @@ def induction_run_dir(every: int = 100, # steps between snapshots
     model_cfg, train_cfg = induction_configs(style, **train_overrides)
     train = {k: v for k, v in train_cfg.to_dict().items()  # fields added since the run was first cached stay out
              if not (k in ("log_interval", "patience") and v == getattr(TrainConfig, k))}  # at their defaults
-    return run_dir("induction-stages", model=model_cfg.to_dict(), train=train, every=every,
+    return run_dir("induction-stages", model=model_key(model_cfg), train=train, every=every,
                    batch_fn=INDUCTION_BATCH)
 
 def induction_run(every: int = 100, # steps between snapshots

@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 from .checkpoints import (CHECKPOINT_NAME, check_resumable, best_file, load_checkpoint, load_model,
                                          resume_config, save_checkpoint)
 from .corpus import is_integer_tensor, check_splits, get_batch, load_dataset
+from .blocks import _RENAMED
 from .lm_head import GPT, GPTConfig, eval_mode
 from .model_cache import run_dir
 from .recipes import DTYPES, TrainConfig, new_run_config, preset_configs
@@ -57,7 +58,7 @@ from .recipes import outside_reference, reference_band  # noqa: F401
 # %% auto #0
 __all__ = ['cross_entropy_loss', 'lr_at', 'configure_optimizer', 'estimate_loss', 'TrainHistory', 'TrainingDivergedError',
            'batch_slice', 'check_batch_split', 'train_step', 'train', 'resolve_device', 'setup_distributed',
-           'cached_run_dir', 'cached_run', 'shakespeare_model', 'cached_shakespeare_model']
+           'cached_run_dir', 'model_key', 'cached_run', 'shakespeare_model', 'cached_shakespeare_model']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
 def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores over the vocabulary
@@ -479,7 +480,13 @@ def cached_run_dir(prefix: str, # cache folder name before the hash, e.g. "shake
     """The folder `cached_run` trains into. The settings of chapter 08b only change how a step is executed: left at
     their defaults they stay out of the key, so the models cached before they existed are still found."""
     train_key = {k: v for k, v in train_cfg.to_dict().items() if k not in _EXECUTION or v != _EXECUTION[k]}
-    return run_dir(prefix, model=model_cfg.to_dict(), train=train_key, **key_extra)
+    return run_dir(prefix, model=model_key(model_cfg), train=train_key, **key_extra)
+
+def model_key(model_cfg: GPTConfig) -> dict:
+    "`model_cfg.to_dict()` as cache keys hold it: with the renamed fields under their old names, so no folder moves."
+    return {_OLD_NAMES.get(k, k): v for k, v in model_cfg.to_dict().items()}
+
+_OLD_NAMES = {new: old for old, new in _RENAMED.items()}  # GPTConfig's norm_placement was norm, norm_eps layer_norm_eps
 
 # %% ../nbs/08_training.ipynb #df5d21b6
 def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
