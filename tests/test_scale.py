@@ -162,7 +162,7 @@ def random_config(activation: str, heads: str, wide_head: bool, qk_norm: bool, s
                      n_heads=H, n_kv_heads=KV, d_head=Dh, n_layers=int(rng.integers(1, 3)),
                      d_ff=int(rng.integers(5, 40)), activation=activation, qk_norm=qk_norm,
                      positional=str(rng.choice(["learned", "sinusoidal", "rotary"])),
-                     normalization=str(rng.choice(["layer", "rms"])), norm=str(rng.choice(["pre", "post"])),
+                     normalization=str(rng.choice(["layer", "rms"])), norm_placement=str(rng.choice(["pre", "post"])),
                      bias=bool(rng.integers(2)), tie_weights=bool(rng.integers(2)), causal=bool(rng.integers(2)),
                      **overrides)
 

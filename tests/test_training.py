@@ -616,3 +616,27 @@ def test_cached_shakespeare_model_never_trains(tmp_path, monkeypatch):
     assert cached_shakespeare_model("gpt2") is None and cached_shakespeare_model("char") is None
     assert not any(tmp_path.rglob("*.pt"))
     with pytest.raises(ValueError, match="tokenizer='bpe'"): cached_shakespeare_model("bpe")
+
+
+def test_checkpoint_with_the_old_field_names_loads_and_resumes(tmp_path, monkeypatch):
+    """Every checkpoint saved before GPTConfig's `norm` and `layer_norm_eps` became `norm_placement` and `norm_eps`
+    holds the old keys: it loads (one `DeprecationWarning`) and resumes, and the resumed run writes the new keys."""
+    from transformerbook import validation
+    monkeypatch.setattr(validation, "_WARNED", set())
+    tr, va = tiny_data()
+    train_cfg = TrainConfig(**TINY_TRAIN)
+    full = train(tiny_model(norm_placement="post", norm_eps=1e-6), tr, va, train_cfg, out_dir=tmp_path/"full",
+                 progress=False)
+    train(tiny_model(norm_placement="post", norm_eps=1e-6), tr, va, TrainConfig(**{**TINY_TRAIN, "max_iters": 3}),
+          out_dir=tmp_path/"old", progress=False)
+    ckpt = load_checkpoint(tmp_path/"old")
+    saved = ckpt["model_config"]
+    saved["norm"], saved["layer_norm_eps"] = saved.pop("norm_placement"), saved.pop("norm_eps")
+    torch.save(ckpt, tmp_path/"old"/"ckpt.pt")  # as the book's cached runs were written
+    with pytest.warns(DeprecationWarning, match="use norm_placement="):
+        loaded, _ = load_model(tmp_path/"old"/"ckpt.pt")
+    assert loaded.config == GPTConfig(**TINY, norm_placement="post", norm_eps=1e-6)
+    resumed = train(tiny_model(seed=99, norm_placement="post", norm_eps=1e-6), tr, va, train_cfg,
+                    out_dir=tmp_path/"old", resume=True, progress=False)
+    assert resumed.iter_loss == full.iter_loss
+    assert {"norm_placement", "norm_eps"} <= set(load_checkpoint(tmp_path/"old")["model_config"])

@@ -62,7 +62,7 @@ def count_params(config: GPTConfig, # any GPTConfig; the model is never built
     n_in = 2 if config.activation == "swiglu" else 1  # SwiGLU has two input projections (gate and up)
     mlp = (n_in + 1) * D * F + b * (n_in * F + D)  # D -> F (once or twice) and F -> D, plus biases
     blocks = config.n_layers * (attention + mlp + 2 * norm)  # ln_1, ln_2 in every block
-    head = (norm if config.norm == "pre" else 0) + (0 if config.tie_weights else V * D)  # ln_f; untied lm_head
+    head = (norm if config.norm_placement == "pre" else 0) + (0 if config.tie_weights else V * D)  # ln_f; lm_head
     embeddings = V * D + (config.context_length * D if config.positional == "learned" else 0)  # E and P
     return blocks + head + (0 if non_embedding else embeddings)
 
