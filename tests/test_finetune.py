@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def _pair(seed: int = 0, **overrides) -> tuple[GPT, GPT]:
     "A causal GPT and a bidirectional one with the same weights."
     torch.manual_seed(seed)
-    cfg = GPTConfig(**{**dict(vocab_size=13, context_length=12, d_model=24, n_heads=3, n_layers=2), **overrides})
-    causal = GPT(cfg).eval()
-    encoder = GPT(replace(cfg, causal=False)).eval()
+    model_cfg = GPTConfig(**{**dict(vocab_size=13, context_length=12, d_model=24, n_heads=3, n_layers=2), **overrides})
+    causal = GPT(model_cfg).eval()
+    encoder = GPT(replace(model_cfg, causal=False)).eval()
     encoder.load_state_dict(causal.state_dict())
     return causal, encoder
 

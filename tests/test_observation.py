@@ -79,9 +79,9 @@ def test_with_a_kv_cache_each_step_sees_the_row_of_the_full_pattern(kw):
 
 def _hf_gpt2():
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=101, n_positions=32, n_embd=48, n_head=6, n_layer=2,
+    hf_config = transformers.GPT2Config(vocab_size=101, n_positions=32, n_embd=48, n_head=6, n_layer=2,
                                   attn_implementation="eager")
-    hf = transformers.GPT2LMHeadModel(cfg).double().eval()
+    hf = transformers.GPT2LMHeadModel(hf_config).double().eval()
     return hf, load_gpt2_state_dict(GPT(config_from_gpt2(hf.config)).double(), hf.state_dict()).eval()
 
 

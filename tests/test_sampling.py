@@ -134,8 +134,8 @@ def test_sampler_per_row_generators_and_errors():
 def tiny_gpt(seed=0, dtype=torch.float64, **overrides) -> GPT:
     "A small random GPT in float64 (so that near-tied logits cannot flip between equivalent computations)."
     torch.manual_seed(seed)
-    cfg = dict(vocab_size=40, context_length=12, d_model=32, n_heads=4, n_layers=2)
-    return GPT(GPTConfig(**{**cfg, **overrides})).to(dtype).eval()
+    small = dict(vocab_size=40, context_length=12, d_model=32, n_heads=4, n_layers=2)
+    return GPT(GPTConfig(**{**small, **overrides})).to(dtype).eval()
 
 
 @given(seed=st.integers(0, 10_000), context=st.integers(2, 12), n_layers=st.integers(1, 3),
@@ -383,9 +383,9 @@ def _hf_pair(seed: int):
     hf_logging.set_verbosity_error()
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=rng.choice([6, 9, 12, 40, 97]), n_positions=64, n_embd=rng.choice([16, 32]),
+    hf_config = GPT2Config(vocab_size=rng.choice([6, 9, 12, 40, 97]), n_positions=64, n_embd=rng.choice([16, 32]),
                      n_head=rng.choice([2, 4]), n_layer=rng.choice([1, 2]), bos_token_id=0, eos_token_id=1)
-    hf = GPT2LMHeadModel(cfg).eval()
+    hf = GPT2LMHeadModel(hf_config).eval()
     with torch.no_grad(): hf.transformer.wte.weight.mul_(rng.choice([3.0, 6.0]))
     return rng, hf, load_gpt2_state_dict(GPT(config_from_gpt2(hf.config)), hf.state_dict()).eval()
 

@@ -228,7 +228,7 @@ def test_bad_inputs_raise_value_error_naming_the_value(name):
 
 
 def test_type_errors():
-    with pytest.raises(TypeError, match="config must be a GPTConfig"):
+    with pytest.raises(TypeError, match="model_cfg must be a GPTConfig"):
         count_params({"d_model": 8})
     with pytest.raises(TypeError, match="model_cfg must be a GPTConfig"):
         scaling_run(None, TrainConfig())

@@ -176,10 +176,10 @@ def _attention_context(c: GPTConfig, # the model's configuration; `causal=False`
 class GPT(nn.Module):
     """A decoder-only transformer LM (J&M Fig. 10.14): token_ids (B, T) int64 -> logits (B, T, vocab_size) float.
     One class for GPT-2 and, through `GPTConfig`'s switches, Llama- and Qwen3-style models (chapter 12)."""
-    def __init__(self, config: GPTConfig):
+    def __init__(self, model_cfg: GPTConfig):
         super().__init__()
-        check_instance("config", config, GPTConfig)
-        self.config = c = config
+        check_instance("model_cfg", model_cfg, GPTConfig)
+        self.config = c = model_cfg
         self.embeddings = Embeddings(c.vocab_size, c.context_length, c.d_model, c.dropout, c.positional)
         self.rotary = _make_rotary(c)  # None unless positional="rotary"
         self.blocks = _make_blocks(c, self.rotary)  # every attention layer holds the one rotary table
@@ -214,7 +214,7 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters()) - sum(t.weight.numel() for t in tables if non_embedding)
 
 # %% ../nbs/06_lm_head.ipynb #75c01d81
-def _check_inputs(config: GPTConfig, token_ids, padding_mask, position_ids, kv_cache) -> tuple[int, int, int]:
+def _check_inputs(model_cfg: GPTConfig, token_ids, padding_mask, position_ids, kv_cache) -> tuple[int, int, int]:
     """Check one model call's arguments (see `GPT.residual_stream`); return B, T and the number of cached positions.
     `TypeError` for token_ids that are not a tensor; `ValueError` for token_ids not (B, T), a cache with the wrong
     number of layers, with causal=False, or of another batch size, more than context_length positions (cached + new)
@@ -225,18 +225,18 @@ def _check_inputs(config: GPTConfig, token_ids, padding_mask, position_ids, kv_c
                         f"convert it with torch.tensor(token_ids)")
     if token_ids.dim() != 2: raise ValueError(f"token_ids must be a (B, T) tensor, got shape {tuple(token_ids.shape)}")
     B, T = token_ids.shape
-    if kv_cache is not None and len(kv_cache.layers) != config.n_layers:
-        raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers but the model has n_layers={config.n_layers}")
-    if kv_cache is not None and not config.causal:
+    if kv_cache is not None and len(kv_cache.layers) != model_cfg.n_layers:
+        raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers but the model has n_layers={model_cfg.n_layers}")
+    if kv_cache is not None and not model_cfg.causal:
         raise ValueError("a KV cache needs causal=True: with causal=False (a bidirectional encoder) every new "
                          "token changes the earlier positions' outputs, so there is nothing to reuse or generate")
     past = 0 if kv_cache is None else len(kv_cache)
     if past and kv_cache.layers[0].k.shape[0] != B:
         raise ValueError(f"kv_cache holds a batch of B={kv_cache.layers[0].k.shape[0]} sequences but token_ids has "
                          f"B={B}: start a new KVCache for a new batch")
-    if past + T > config.context_length and position_ids is None:
+    if past + T > model_cfg.context_length and position_ids is None:
         raise ValueError(f"sequence length {past + T} (cached {past} + new {T}) exceeds context_length="
-                         f"{config.context_length}: crop to the last {config.context_length} tokens")
+                         f"{model_cfg.context_length}: crop to the last {model_cfg.context_length} tokens")
     if padding_mask is not None and isinstance(padding_mask, Tensor) and tuple(padding_mask.shape) != (B, past + T):
         raise ValueError(f"padding_mask must have shape (B, cached + T) = ({B}, {past + T}), "
                          f"got {tuple(padding_mask.shape)}")  # its dtype is checked where it is combined

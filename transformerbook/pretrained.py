@@ -287,10 +287,10 @@ def from_pretrained(
         raise ValueError(f"context_length={context_length} is for rotary models (Llama, Qwen3); GPT-2's learned "
                          f"position table has its n_positions={hf_config['n_positions']} rows")
     config_from, load_state_dict = _HF_MAPS[kind]
-    config = config_from(hf_config, **({} if context_length is None else {"context_length": context_length}))
+    model_cfg = config_from(hf_config, **({} if context_length is None else {"context_length": context_length}))
     state_dict = read_state_dict(folder)
     dtype = next(t.dtype for t in state_dict.values() if t.is_floating_point())
-    return load_state_dict(GPT(config).to(dtype), state_dict).eval()
+    return load_state_dict(GPT(model_cfg).to(dtype), state_dict).eval()
 
 # %% ../nbs/pretrained.ipynb #3c5e9a06
 def config_from_hf(hf_config) -> GPTConfig:

@@ -275,15 +275,16 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
     return ids[:, :N].contiguous()  # (B, N): a copy only if generation stopped early
 
 # %% ../nbs/07_sampling.ipynb #80b97875
-def _check_generate_args(cfg, max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id) -> None:
+def _check_generate_args(model_cfg, max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id) -> None:
     "`generate`'s checks of everything but the prompts (`_as_left_padded` checks those), made once before the loop."
-    if not getattr(cfg, "causal", True): raise ValueError("generate needs a causal model; this one has causal=False")
+    if not getattr(model_cfg, "causal", True):
+        raise ValueError("generate needs a causal model; this one has causal=False")
     check_nonnegative_int("max_new_tokens", max_new_tokens)
     check_in_interval("temperature", temperature, "[0, inf)", "0 = greedy decoding")
     if top_k is not None: _check_top_k(top_k)
     if top_p is not None: _check_top_p(top_p)
     for name, tok in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
-        if tok is not None: check_int_in_range(name, tok, 0, cfg.vocab_size, "vocab_size")
+        if tok is not None: check_int_in_range(name, tok, 0, model_cfg.vocab_size, "vocab_size")
 
 # %% ../nbs/07_sampling.ipynb #bffbba9f
 def encode_continuations(tokenizer, # anything with `encode(str) -> list[int]`
@@ -495,10 +496,10 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
 # %% ../nbs/07_sampling.ipynb #23ca72bd
 _EARLY_STOPPING = (False, True, "never")
 
-def _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, vocab_size, config=None) -> None:
+def _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, vocab_size, model_cfg=None) -> None:
     check_positive_ints(max_new_tokens=max_new_tokens, num_beams=num_beams)
     if not any(early_stopping is e for e in _EARLY_STOPPING) and early_stopping != "never":
         raise ValueError(f"early_stopping={early_stopping!r} must be False, True or 'never'")
     if eos_token_id is not None: check_int_in_range("eos_token_id", eos_token_id, 0, vocab_size, "vocab_size")
-    if not getattr(config, "causal", True):
+    if not getattr(model_cfg, "causal", True):
         raise ValueError("beam_search needs a causal model; this one has causal=False")

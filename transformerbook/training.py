@@ -357,9 +357,9 @@ def _evaluate(model: nn.Module, # the GPT, or its compiled module (evaluation ru
     the weights are also written to `best.pt` when the validation loss is the lowest so far."""
     rank_rng = _gather_rng(run.world)  # a collective: every rank takes part
     if run.rank > 0: return None
-    cfg = run.train_cfg
-    with _autocast(next(model.parameters()).device, cfg.dtype):
-        losses = estimate_loss(model, splits, cfg.batch_size, cfg.eval_iters, cfg.seed + 1)
+    train_cfg = run.train_cfg
+    with _autocast(next(model.parameters()).device, train_cfg.dtype):
+        losses = estimate_loss(model, splits, train_cfg.batch_size, train_cfg.eval_iters, train_cfg.seed + 1)
     best = not run.history.val_loss or losses["val"] < min(run.history.val_loss)
     run.history.steps.append(step)
     run.history.train_loss.append(losses["train"])
@@ -367,9 +367,9 @@ def _evaluate(model: nn.Module, # the GPT, or its compiled module (evaluation ru
     if bar is not None: bar.set_postfix(train=f"{losses['train']:.3f}", val=f"{losses['val']:.3f}")
     if on_eval is not None: on_eval(step, losses)
     if run.ckpt_path is not None:
-        save_checkpoint(run.ckpt_path, model, run.optimizer, step, cfg, run.tokenizer, run.history, run.gen, run.scaler,
-                        rank_rng)
-        if best: save_checkpoint(best_file(run.ckpt_path), model, None, step, cfg, run.tokenizer, run.history)
+        save_checkpoint(run.ckpt_path, model, run.optimizer, step, train_cfg, run.tokenizer, run.history, run.gen,
+                        run.scaler, rank_rng)
+        if best: save_checkpoint(best_file(run.ckpt_path), model, None, step, train_cfg, run.tokenizer, run.history)
     return losses
 
 def _out_of_patience(run: _Run) -> bool:
@@ -388,8 +388,7 @@ def train(model: GPT, # trained in place (on its own device)
           out_dir: str | Path | None = None, # if given: `ckpt.pt` (latest) at every evaluation, `best.pt` when best
           tokenizer=None, # stored in the checkpoints, so `load_model` can decode
           resume: bool = False, # continue from `out_dir`'s checkpoint, exactly as if never interrupted
-          progress: bool = True, # show a tqdm progress bar
-          desc: str = "training",
+          progress: bool = True, desc: str = "training", # show a tqdm progress bar, with this label
           batch_fn=None, # `batch_fn(data, batch_size, T, generator) -> (token_ids, targets)`; default `get_batch`
           on_eval=None, # called as `on_eval(step, losses)` after every evaluation (on rank 0)
          ) -> TrainHistory:
@@ -402,23 +401,24 @@ def train(model: GPT, # trained in place (on its own device)
     T = model.config.context_length
     check_splits(train_data, val_data, T)
     run = _setup_run(model, train_cfg, out_dir, tokenizer, resume)  # fresh, or restored from the checkpoint
-    cfg, (step_model, eval_model) = run.train_cfg, _wrap_model(model, run.train_cfg, run.world)
-    with tqdm(total=cfg.max_iters, initial=min(run.start, cfg.max_iters), disable=not progress or run.rank > 0,
-              desc=desc, unit="step", dynamic_ncols=True) as bar:
-        for step in range(run.start, cfg.max_iters + 1):
-            if (step % cfg.eval_interval == 0 or step == cfg.max_iters) and not (resume and step == run.start):
+    train_cfg, (step_model, eval_model) = run.train_cfg, _wrap_model(model, run.train_cfg, run.world)
+    with tqdm(total=train_cfg.max_iters, initial=min(run.start, train_cfg.max_iters), desc=desc, unit="step",
+              disable=not progress or run.rank > 0, dynamic_ncols=True) as bar:
+        for step in range(run.start, train_cfg.max_iters + 1):
+            if (not step % train_cfg.eval_interval or step == train_cfg.max_iters) and (not resume or step > run.start):
                 _read_losses(run, bar)  # never checkpoint a run that has diverged
                 _evaluate(eval_model, {"train": train_data, "val": val_data}, run, step, bar, on_eval)
                 if _out_of_patience(run): break
-            if step >= cfg.max_iters: break
-            lr = lr_at(step, cfg)
-            token_ids, targets = (batch_fn or get_batch)(train_data, cfg.batch_size, T, run.gen)  # (B, T): all ranks'
-            mine = batch_slice(cfg.batch_size, run.rank, run.world)  # this rank's rows
-            loss = train_step(step_model, run.optimizer, token_ids[mine], targets[mine], cfg, lr, run.scaler, run.world)
+            if step >= train_cfg.max_iters: break
+            lr = lr_at(step, train_cfg)
+            token_ids, targets = (batch_fn or get_batch)(train_data, train_cfg.batch_size, T, run.gen)  # (B, T)
+            mine = batch_slice(train_cfg.batch_size, run.rank, run.world)  # this rank's rows
+            loss = train_step(step_model, run.optimizer, token_ids[mine], targets[mine], train_cfg, lr, run.scaler,
+                              run.world)
             run.pending.append(loss)  # stays on the device until the next read
             run.history.lr.append(lr)
             bar.update(1)
-            if (step + 1) % cfg.log_interval == 0: _read_losses(run, bar)
+            if (step + 1) % train_cfg.log_interval == 0: _read_losses(run, bar)
     return run.history
 
 
