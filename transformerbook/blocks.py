@@ -7,7 +7,8 @@ network with an activation from `ACTIVATIONS`, `SwiGLUFeedForward(d_model, d_ff)
 builds either (the choices are `MLP_ACTIVATIONS`). `TransformerBlock(d_model, n_heads, norm_placement="pre")` (or `"post"`)
 wraps multi-head attention and the feed-forward network in residual connections, mapping (B, T, d_model) to
 (B, T, d_model). `fused=True` swaps in torch's single-kernel LayerNorm and attention, which compute the same function
-faster.
+faster. `OLD_NORM_NAMES` maps the keywords' old names (`norm`, `layer_norm_eps`) to their new ones, which they still
+reach with a `DeprecationWarning`.
 
 Docs: https://transformerbook.github.io/transformerbook/blocks.html.md"""
 
@@ -25,8 +26,8 @@ from .validation import check_choice, check_input_dtype, check_positive_int, che
 from .validation import renamed_keywords, warn_renamed
 
 # %% auto #0
-__all__ = ['NORMALIZATIONS', 'ACTIVATIONS', 'MLP_ACTIVATIONS', 'LayerNorm', 'RMSNorm', 'make_norm', 'FeedForward',
-           'SwiGLUFeedForward', 'make_mlp', 'TransformerBlock']
+__all__ = ['NORMALIZATIONS', 'ACTIVATIONS', 'MLP_ACTIVATIONS', 'OLD_NORM_NAMES', 'LayerNorm', 'RMSNorm', 'make_norm',
+           'FeedForward', 'SwiGLUFeedForward', 'make_mlp', 'TransformerBlock']
 
 # %% ../nbs/04_blocks.ipynb #a4993ef1
 class LayerNorm(nn.Module):
@@ -190,14 +191,11 @@ def make_mlp(d_model: int, # model width D
     return FeedForward(d_model, d_ff, dropout=dropout, bias=bias, activation=activation)
 
 # %% ../nbs/04_blocks.ipynb #073d0bda
-_RENAMED = {"norm": "norm_placement", "layer_norm_eps": "norm_eps"}  # old name -> new: the old still work
-
 class TransformerBlock(nn.Module):
     """A transformer block: attention and a feed-forward network, each inside a residual connection. "post":
     h = LN(x + MHA(x)), out = LN(h + FFN(h)) (J&M eqs. 10.24-10.31); "pre": h = x + MHA(LN(x)), out = h + FFN(LN(h))
     (J&M eqs. 10.38-10.43; GPT-2), which needs a final norm after the last block. The switches after `fused` make a
     Llama- or Qwen3-style block (chapter 12). `ValueError` for an unknown placement or normalization, bad sizes or x."""
-    @renamed_keywords("TransformerBlock", _RENAMED)
     def __init__(self, d_model: int, # model width D
                  n_heads: int, *, # attention heads H; the arguments after it are keyword-only
                  d_ff: int | None = None, # feed-forward width F (default 4·d_model)
@@ -215,8 +213,7 @@ class TransformerBlock(nn.Module):
                 ):
         super().__init__()
         check_choice("norm_placement", norm_placement, ("pre", "post"))
-        self.norm_placement = norm_placement
-        d_ff = 4 * d_model if d_ff is None else d_ff  # only None means 4·d_model: d_ff=0 is an error
+        self.norm_placement, d_ff = norm_placement, 4 * d_model if d_ff is None else d_ff  # None: 4·d_model; 0: error
         self.ln_1 = make_norm(normalization, d_model, eps=norm_eps, bias=bias, fused=fused)
         self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, fused=fused, n_kv_heads=n_kv_heads,
                                        d_head=d_head, qk_norm=qk_norm, qk_norm_eps=norm_eps, rotary=rotary)
@@ -233,3 +230,7 @@ class TransformerBlock(nn.Module):
             return x + self.mlp(self.ln_2(x))  # J&M eqs. 10.41-10.43
         x = self.ln_1(x + attn(x))  # J&M eqs. 10.26-10.28 (= 10.24)
         return self.ln_2(x + self.mlp(x))  # J&M eqs. 10.29-10.31 (= 10.25)
+
+# %% ../nbs/04_blocks.ipynb #dd1fe1bc
+OLD_NORM_NAMES = {"norm": "norm_placement", "layer_norm_eps": "norm_eps"}  # old name -> new name
+TransformerBlock.__init__ = renamed_keywords("TransformerBlock", OLD_NORM_NAMES)(TransformerBlock.__init__)

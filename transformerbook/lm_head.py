@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import Tensor, nn
 
-from .blocks import _RENAMED, MLP_ACTIVATIONS, NORMALIZATIONS, TransformerBlock, make_norm
+from .blocks import OLD_NORM_NAMES, MLP_ACTIVATIONS, NORMALIZATIONS, TransformerBlock, make_norm
 from .embeddings import POSITIONALS, Embeddings, RotaryEmbedding
 from .masking import causal_mask, combine_masks
 from .multihead import AttentionContext
@@ -114,13 +114,13 @@ def _check_config(c: GPTConfig) -> None:
 def _check_known_fields(d: dict) -> dict:
     "`d` itself if every key is a `GPTConfig` field (or an old name of one); else `ValueError` naming the unknown keys."
     known = {f.name for f in fields(GPTConfig)}
-    unknown = sorted(set(d) - known - set(_RENAMED))
+    unknown = sorted(set(d) - known - set(OLD_NORM_NAMES))
     if unknown: raise ValueError(f"unknown GPTConfig fields {unknown}; known fields: {sorted(known)}")
     return d
 
 # %% ../nbs/06_lm_head.ipynb #bc347f80
-for _old, _new in _RENAMED.items(): setattr(GPTConfig, _old, renamed_attribute("GPTConfig", _old, _new))
-GPTConfig.__init__ = renamed_keywords("GPTConfig", _RENAMED)(GPTConfig.__init__)  # so `from_dict` reads old checkpoints
+for _old, _new in OLD_NORM_NAMES.items(): setattr(GPTConfig, _old, renamed_attribute("GPTConfig", _old, _new))
+GPTConfig.__init__ = renamed_keywords("GPTConfig", OLD_NORM_NAMES)(GPTConfig.__init__)  # `from_dict` reads old dicts
 
 # %% ../nbs/06_lm_head.ipynb #1603caea
 def gpt2_init(module: nn.Module, # a GPT, or a part of one (e.g. an MoE layer) being added to a GPT

@@ -9,7 +9,8 @@ raises `TrainingDivergedError`. `cross_entropy_loss` is the loss written from sc
 `shakespeare_model()` is a cached model trained with the baby GPT recipe (`cached_shakespeare_model()` loads it only
 if it is already cached, never training it) and `cached_run(prefix, model_cfg, train_cfg, tokenizer, key_extra)`
 trains any GPT on TinyShakespeare once and caches it in `cached_run_dir(prefix, model_cfg, train_cfg, key_extra)`, a
-folder named by `model_cache.run_dir`. The chapter's other rooms have their own modules, whose names this one
+folder named by `model_cache.run_dir` (`model_key(model_cfg)` is the model's part of the key, in the field names the
+cached runs were keyed by). The chapter's other rooms have their own modules, whose names this one
 re-exports: `transformerbook.corpus` (`load_dataset`, `get_batch`, `pack_documents`, `prepare_data`,
 `load_prepared`), `transformerbook.recipes` (`TrainConfig`, `new_run_config`, `fit_warmup`, `baby_gpt_configs`,
 `preset_configs`, `reference_band`, `outside_reference`, `bits_per_byte`) and `transformerbook.checkpoints`
@@ -42,7 +43,7 @@ from tqdm.auto import tqdm
 from .checkpoints import (CHECKPOINT_NAME, check_resumable, best_file, load_checkpoint, load_model,
                                          resume_config, save_checkpoint)
 from .corpus import is_integer_tensor, check_splits, get_batch, load_dataset
-from .blocks import _RENAMED
+from .blocks import OLD_NORM_NAMES
 from .lm_head import GPT, GPTConfig, eval_mode
 from .model_cache import run_dir
 from .recipes import DTYPES, TrainConfig, new_run_config, preset_configs
@@ -486,7 +487,7 @@ def model_key(model_cfg: GPTConfig) -> dict:
     "`model_cfg.to_dict()` as cache keys hold it: with the renamed fields under their old names, so no folder moves."
     return {_OLD_NAMES.get(k, k): v for k, v in model_cfg.to_dict().items()}
 
-_OLD_NAMES = {new: old for old, new in _RENAMED.items()}  # GPTConfig's norm_placement was norm, norm_eps layer_norm_eps
+_OLD_NAMES = {new: old for old, new in OLD_NORM_NAMES.items()}  # norm_placement was norm, norm_eps layer_norm_eps
 
 # %% ../nbs/08_training.ipynb #df5d21b6
 def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"

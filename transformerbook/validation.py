@@ -215,8 +215,8 @@ def renamed_keywords(owner: str, # the callable's name, as the warning spells it
     def decorate(f):
         @functools.wraps(f)  # keeps f's signature for help() and the docs
         def wrapper(*args, **kwargs):
-            for old in renames.keys() & kwargs.keys():
-                new = renames[old]
+            for old, new in renames.items():
+                if old not in kwargs: continue
                 if new in kwargs: raise TypeError(f"{owner} got both {old}= (deprecated) and {new}=: pass only {new}=")
                 warn_renamed(f"{owner}({old}=...)", f"{new}=")
                 kwargs[new] = kwargs.pop(old)
