@@ -81,7 +81,7 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
                     model: GPT,
                     optimizer: torch.optim.Optimizer | None,
                     step: int, # optimizer steps taken so far
-                    train_config: TrainConfig | None = None,
+                    train_cfg: TrainConfig | None = None,
                     tokenizer=None, # anything with `to_dict()` (CharTokenizer, TiktokenGPT2)
                     history=None, # the run's `TrainHistory` (anything with `to_dict()`)
                     generator: torch.Generator | None = None, # the batch sampler: a resumed run draws the same batches
@@ -97,7 +97,7 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
     ckpt = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "code_version": transformerbook.__version__,
             "step": int(step), "model": model.state_dict(), "model_config": model.config.to_dict(),
             "optimizer": None if optimizer is None else optimizer.state_dict(),
-            "train_config": None if train_config is None else train_config.to_dict(),
+            "train_config": None if train_cfg is None else train_cfg.to_dict(),
             "tokenizer": None if tokenizer is None else tokenizer.to_dict(),
             "history": None if history is None else history.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),

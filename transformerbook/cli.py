@@ -343,10 +343,10 @@ def _card_data(data: str) -> list[str]:
               else f"`{data}` (first 90% train, last 10% validation)")
     return ["## Training data", "", f"- {corpus}.", ""]
 
-def _card_config(train_config: dict) -> list[str]:
-    "The Training configuration section of a card: a table of the checkpoint's `train_config`."
+def _card_config(train_cfg: dict) -> list[str]:
+    "The Training configuration section of a card: a table of the checkpoint's `train_config` dict."
     return ["## Training configuration", "", "| setting | value |", "|---|---|",
-            *[f"| {k} | {v} |" for k, v in train_config.items()]]
+            *[f"| {k} | {v} |" for k, v in train_cfg.items()]]
 
 # %% ../nbs/08a_cli.ipynb #46946c27
 def _card_metrics(history: dict, data: str) -> list[str]:
