@@ -88,11 +88,11 @@ def run(steps, temperatures, train_chars: int | None = None, n_samples: int = 8,
         snaps = []
         with tempfile.TemporaryDirectory() as out:
             for i, step in enumerate(steps):
-                cfg = replace(train_cfg, max_iters=step, lr_decay_iters=schedule_end or steps[-1],
-                              warmup_iters=min(100, steps[0]))
-                torch.manual_seed(cfg.seed)
-                hist = train(GPT(model_cfg), train_ids, val_ids, cfg, out_dir=out, tokenizer=tok, resume=i > 0,
-                             progress=False)
+                stage_train_cfg = replace(train_cfg, max_iters=step, lr_decay_iters=schedule_end or steps[-1],
+                                          warmup_iters=min(100, steps[0]))
+                torch.manual_seed(stage_train_cfg.seed)
+                hist = train(GPT(model_cfg), train_ids, val_ids, stage_train_cfg, out_dir=out, tokenizer=tok,
+                             resume=i > 0, progress=False)
                 model, tok = load_model(out)
                 snaps.append(_snapshot(model, tok, step, hist.to_dict(), train_text, val_text, **common))
     return {"train_chars": len(train_text), "heldout_in_train_20": verbatim_fraction(heldout, train_text, 20),

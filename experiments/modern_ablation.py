@@ -40,40 +40,41 @@ VARIANTS = {  # name -> the switches changed from GPT-2 (BASE)
 }
 
 
-def n_params(cfg: GPTConfig) -> int:
-    "Parameters of GPT(cfg), counted without allocating the weights."
-    with torch.device("meta"): return GPT(cfg).n_params()
+def n_params(model_cfg: GPTConfig) -> int:
+    "Parameters of GPT(model_cfg), counted without allocating the weights."
+    with torch.device("meta"): return GPT(model_cfg).n_params()
 
 
 def matched_config(name: str) -> GPTConfig:
     "BASE with the variant's switches and the d_ff whose parameter count is the nearest to BASE's."
-    cfg = replace(BASE, **VARIANTS[name])
-    target, start = n_params(BASE), cfg.d_ff
-    return min((replace(cfg, d_ff=f) for f in range(start - 40, start + 41)), key=lambda c: abs(n_params(c) - target))
+    model_cfg = replace(BASE, **VARIANTS[name])
+    target, start = n_params(BASE), model_cfg.d_ff
+    return min((replace(model_cfg, d_ff=f) for f in range(start - 40, start + 41)),
+               key=lambda c: abs(n_params(c) - target))
 
 
 def run_variant(name: str, seed: int, steps: int, data) -> dict:
     "Train one variant for `steps` steps; its final validation loss, parameter count and training tokens/s."
     _, train_ids, val_ids = data
-    cfg = matched_config(name)
+    model_cfg = matched_config(name)
     train_cfg = TrainConfig(max_iters=steps, batch_size=12, learning_rate=3e-3, min_lr=3e-4,
                             warmup_iters=min(50, steps), eval_interval=steps, eval_iters=20, seed=seed)
     torch.manual_seed(seed)
-    model = GPT(cfg)
+    model = GPT(model_cfg)
     start = time.perf_counter()
     history = train(model, train_ids, val_ids, train_cfg, progress=False)
     seconds = time.perf_counter() - start
     return {"val_loss": history.val_loss[-1], "train_loss": history.train_loss[-1], "n_params": model.n_params(),
-            "d_ff": cfg.d_ff, "tokens_per_s": steps * train_cfg.batch_size * cfg.context_length / seconds}
+            "d_ff": model_cfg.d_ff, "tokens_per_s": steps * train_cfg.batch_size * model_cfg.context_length / seconds}
 
 
 def max_logit_run(qk_norm: bool, seed: int, steps: int, lr: float, data) -> list[float]:
     """Largest |q·k|/√d_head over all layers and heads of a fixed probe batch, every 10 steps of a run with a constant
     high learning rate (AdamW, no clipping, no weight decay)."""
     _, train_ids, val_ids = data
-    cfg = replace(BASE, qk_norm=qk_norm)
+    model_cfg = replace(BASE, qk_norm=qk_norm)
     torch.manual_seed(seed)
-    model = GPT(cfg)
+    model = GPT(model_cfg)
     probe = torch.stack([train_ids[i:i + 64] for i in range(0, 64 * 8, 64)])  # (8, 64) fixed windows
     seen: list[float] = []
     original = multihead.attention_weights
@@ -97,7 +98,7 @@ def max_logit_run(qk_norm: bool, seed: int, steps: int, lr: float, data) -> list
             seen.clear()
             model.train()
         if step == steps: break
-        token_ids, targets = get_batch(train_ids, 12, cfg.context_length, gen)  # (B, T), (B, T)
+        token_ids, targets = get_batch(train_ids, 12, model_cfg.context_length, gen)  # (B, T), (B, T)
         loss = F.cross_entropy(model(token_ids).flatten(0, 1), targets.flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -146,9 +146,9 @@ def test_feed_forward_sizes_and_errors():
 
 # ---------------------------------------------------------------- blocks
 
-def _block(norm, seed=0, **kw):
+def _block(norm_placement, seed=0, **kw):
     torch.manual_seed(seed)
-    block = TransformerBlock(16, 4, norm=norm, **kw).eval()
+    block = TransformerBlock(16, 4, norm_placement=norm_placement, **kw).eval()
     with torch.no_grad():  # random γ, β so LayerNorm is not the identity-like default
         for ln in (block.ln_1, block.ln_2):
             ln.weight.uniform_(0.5, 1.5)
@@ -156,12 +156,12 @@ def _block(norm, seed=0, **kw):
     return block
 
 
-@pytest.mark.parametrize("norm", ["pre", "post"])
-def test_block_matches_jm_equations(norm):
-    block, mask = _block(norm), causal_mask(6)
+@pytest.mark.parametrize("norm_placement", ["pre", "post"])
+def test_block_matches_jm_equations(norm_placement):
+    block, mask = _block(norm_placement), causal_mask(6)
     x = torch.randn(2, 6, 16)
     attn = lambda h: block.attn(h, mask=mask)
-    if norm == "pre":  # J&M eqs. 10.38-10.43
+    if norm_placement == "pre":  # J&M eqs. 10.38-10.43
         t3 = x + attn(block.ln_1(x))
         expected = t3 + block.mlp(block.ln_2(t3))
     else:  # J&M eqs. 10.26-10.31
@@ -182,9 +182,9 @@ def test_default_d_ff_is_four_times_d_model():
     assert TransformerBlock(16, 4, d_ff=24).mlp.fc.out_features == 24
 
 
-@pytest.mark.parametrize("norm", ["pre", "post"])
-def test_block_is_causal(norm):
-    block, T = _block(norm), 7
+@pytest.mark.parametrize("norm_placement", ["pre", "post"])
+def test_block_is_causal(norm_placement):
+    block, T = _block(norm_placement), 7
     x = torch.randn(2, T, 16)
     y = block(x, mask=causal_mask(T))
     for t in range(T):
@@ -195,9 +195,9 @@ def test_block_is_causal(norm):
         assert (y2[:, t] - y[:, t]).abs().max() > 1e-4  # position t itself does change
 
 
-@pytest.mark.parametrize("norm", ["pre", "post"])
-def test_only_attention_mixes_positions(norm):
-    block, T = _block(norm), 6
+@pytest.mark.parametrize("norm_placement", ["pre", "post"])
+def test_only_attention_mixes_positions(norm_placement):
+    block, T = _block(norm_placement), 6
     x = torch.randn(1, T, 16)
     x2 = x.clone()
     x2[:, 2] += torch.randn(16)  # not a constant shift: LayerNorm would remove that
@@ -208,9 +208,9 @@ def test_only_attention_mixes_positions(norm):
         assert (delta > 1e-6).tolist() == [t == 2 for t in range(T)]
 
 
-@pytest.mark.parametrize("norm", ["pre", "post"])
-def test_block_with_padding_mask_ignores_padded_keys(norm):
-    block, T = _block(norm), 5
+@pytest.mark.parametrize("norm_placement", ["pre", "post"])
+def test_block_with_padding_mask_ignores_padded_keys(norm_placement):
+    block, T = _block(norm_placement), 5
     lengths = torch.tensor([5, 3])
     # (B, 1, T, S); seq 1 padded at 0, 1
     mask = combine_masks(causal_mask(T), make_padding_mask(lengths, T, side="left"))
@@ -224,10 +224,10 @@ def test_block_with_padding_mask_ignores_padded_keys(norm):
     assert (no_padding - block(x, mask=mask)[1, 2:]).abs().max() > 1e-4  # the mask does matter
 
 
-@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("norm_placement", ["pre", "post"])
 @pytest.mark.parametrize("fused", [False, True])
-def test_kv_cache_through_a_block_matches_full_pass(norm, fused):
-    block, T = _block(norm, fused=fused), 6
+def test_kv_cache_through_a_block_matches_full_pass(norm_placement, fused):
+    block, T = _block(norm_placement, fused=fused), 6
     x = torch.randn(2, T, 16)
     full = block(x, mask=causal_mask(T))
     cache = LayerKVCache()
@@ -237,10 +237,10 @@ def test_kv_cache_through_a_block_matches_full_pass(norm, fused):
     assert len(cache) == T
 
 
-@pytest.mark.parametrize("norm", ["pre", "post"])
-def test_gradients_are_finite_and_reach_every_parameter(norm):
+@pytest.mark.parametrize("norm_placement", ["pre", "post"])
+def test_gradients_are_finite_and_reach_every_parameter(norm_placement):
     torch.manual_seed(0)
-    blocks = nn.ModuleList([TransformerBlock(16, 4, norm=norm) for _ in range(6)])
+    blocks = nn.ModuleList([TransformerBlock(16, 4, norm_placement=norm_placement) for _ in range(6)])
     x = torch.randn(2, 8, 16, requires_grad=True)
     h = x
     for block in blocks:
@@ -263,15 +263,15 @@ def test_pre_norm_block_is_identity_when_sublayers_output_zero():
 
 
 def test_post_norm_output_is_normalised():
-    block = TransformerBlock(16, 4, norm="post")  # γ = 1, β = 0 at init
+    block = TransformerBlock(16, 4, norm_placement="post")  # γ = 1, β = 0 at init
     y = block(torch.randn(3, 5, 16) * 10 + 4)
     torch.testing.assert_close(y.mean(-1), torch.zeros(3, 5), atol=1e-5, rtol=0)
     torch.testing.assert_close(y.var(-1, unbiased=False), torch.ones(3, 5), atol=1e-3, rtol=0)
 
 
 def test_block_errors_name_the_values():
-    with pytest.raises(ValueError, match="norm='middle'"):
-        TransformerBlock(16, 4, norm="middle")
+    with pytest.raises(ValueError, match="norm_placement='middle'"):
+        TransformerBlock(16, 4, norm_placement="middle")
     with pytest.raises(ValueError, match="d_model=18 is not divisible by n_heads=4"):
         TransformerBlock(18, 4)
     with pytest.raises(ValueError, match="activation='tanh'"):
@@ -328,3 +328,24 @@ def test_autocast_may_mix_dtypes():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert FeedForward(8, 16)(torch.randn(1, 3, 8).bfloat16()).dtype == torch.bfloat16
         assert torch.isfinite(TransformerBlock(8, 2, fused=True)(torch.randn(1, 3, 8).bfloat16())).all()
+
+
+def test_old_names_of_blocks_still_work_and_warn_once(monkeypatch):
+    "`NORMS` is `NORMALIZATIONS`; TransformerBlock's `norm`/`layer_norm_eps` are `norm_placement`/`norm_eps`."
+    import warnings
+
+    from transformerbook import blocks, validation
+    monkeypatch.setattr(validation, "_WARNED", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert blocks.NORMS is blocks.NORMALIZATIONS == ("layer", "rms")
+        from transformerbook.blocks import NORMS  # noqa: F401 (the import itself is the check)
+        old = TransformerBlock(16, 4, norm="post", layer_norm_eps=1e-3)
+        TransformerBlock(16, 4, norm="post")
+    assert old.norm_placement == "post" and old.ln_1.eps == 1e-3 and old.attn.q_norm is None
+    assert [str(w.message) for w in caught] == [
+        "transformerbook.blocks.NORMS is deprecated: use transformerbook.blocks.NORMALIZATIONS",
+        "TransformerBlock(norm=...) is deprecated: use norm_placement=",
+        "TransformerBlock(layer_norm_eps=...) is deprecated: use norm_eps="]
+    with pytest.raises(AttributeError, match="has no attribute 'NORM'"):
+        blocks.NORM

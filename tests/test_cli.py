@@ -211,8 +211,8 @@ def test_execution_options_train_and_resume(tmp_path, corpus):
     status, _, err = run("train", "--data", corpus, "--out", tmp_path/"x", "--max-iters", 4, *TINY, "--device", "cpu",
                          "--dtype", "bfloat16", "--grad-accum-steps", 2)
     assert status == 0, err
-    cfg = load_checkpoint(tmp_path/"x")["train_config"]
-    assert (cfg["dtype"], cfg["grad_accum_steps"]) == ("bfloat16", 2)
+    train_cfg = load_checkpoint(tmp_path/"x")["train_config"]
+    assert (train_cfg["dtype"], train_cfg["grad_accum_steps"]) == ("bfloat16", 2)
     # execution settings may change on resume
     status, _, err = run("train", "--data", corpus, "--out", tmp_path/"x", "--resume", "--max-iters", 6,
                          "--no-progress", "--dtype", "float32", "--grad-accum-steps", 1)

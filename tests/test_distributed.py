@@ -33,11 +33,11 @@ def _data():
     return torch.where(torch.rand(600, generator=g) < 0.1, torch.randint(0, 11, (600,), generator=g), ids)
 
 
-def _train_once(out_dir, **cfg):
+def _train_once(out_dir, **train_overrides):
     torch.manual_seed(0)
     data = _data()
-    return train(GPT(GPTConfig(**TINY)), data[:500], data[500:], TrainConfig(**{**CFG, **cfg}), out_dir=out_dir,
-                 progress=False)
+    return train(GPT(GPTConfig(**TINY)), data[:500], data[500:], TrainConfig(**{**CFG, **train_overrides}),
+                 out_dir=out_dir, progress=False)
 
 
 def _worker(rank, world, tmp):

@@ -260,10 +260,10 @@ def test_memorisation_experiment_slice_reproduces():
 
 def _tiny_checkpoint(folder: Path) -> Path:
     model = _tiny_gpt()
-    cfg = TrainConfig(max_iters=3, eval_interval=3)
+    train_cfg = TrainConfig(max_iters=3, eval_interval=3)
     from transformerbook.training import TrainHistory
     hist = TrainHistory(steps=[3], train_loss=[2.25], val_loss=[2.5], iter_loss=[], lr=[])
-    return save_checkpoint(folder, model, None, 3, cfg, CharTokenizer("abcdefghij "), hist)
+    return save_checkpoint(folder, model, None, 3, train_cfg, CharTokenizer("abcdefghij "), hist)
 
 
 def test_model_card_from_a_checkpoint(tmp_path):

@@ -104,12 +104,12 @@ def test_gpt3_table_counts(name, published, L, D, Dh):
 
 def test_typical_hyperparameters():
     "J&M's d = 512, d_k = d_v = 64, h = 8, d_ff = 2048, with MIT's L = 6: counted by formula, counter and model."
-    cfg = GPTConfig(vocab_size=1000, context_length=512, d_model=512, n_heads=8, n_layers=6, d_ff=2048)
-    assert cfg.d_head == 64
-    n = count_params(cfg, non_embedding=True)
+    model_cfg = GPTConfig(vocab_size=1000, context_length=512, d_model=512, n_heads=8, n_layers=6, d_ff=2048)
+    assert model_cfg.d_head == 64
+    n = count_params(model_cfg, non_embedding=True)
     assert n == 6 * (12 * 512**2 + 13 * 512) + 2 * 512 == 18_915_328
-    assert GPT(cfg).n_params(non_embedding=True) == n
-    assert count_params(cfg) == n + 1000 * 512 + 512 * 512
+    assert GPT(model_cfg).n_params(non_embedding=True) == n
+    assert count_params(model_cfg) == n + 1000 * 512 + 512 * 512
 
 
 def test_kaplan_constants():

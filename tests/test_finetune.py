@@ -22,7 +22,7 @@ from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.sampling import KVCache
 from transformerbook.sampling import beam_search, generate
 from transformerbook.tokenization import CharTokenizer
-from transformerbook.training import PRESETS, TrainConfig, cached_run, preset_configs, train
+from transformerbook.training import PRESETS, TrainConfig, cached_run, model_key, preset_configs, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def _pair(seed: int = 0, **overrides) -> tuple[GPT, GPT]:
     "A causal GPT and a bidirectional one with the same weights."
     torch.manual_seed(seed)
-    cfg = GPTConfig(**{**dict(vocab_size=13, context_length=12, d_model=24, n_heads=3, n_layers=2), **overrides})
-    causal = GPT(cfg).eval()
-    encoder = GPT(replace(cfg, causal=False)).eval()
+    model_cfg = GPTConfig(**{**dict(vocab_size=13, context_length=12, d_model=24, n_heads=3, n_layers=2), **overrides})
+    causal = GPT(model_cfg).eval()
+    encoder = GPT(replace(model_cfg, causal=False)).eval()
     encoder.load_state_dict(causal.state_dict())
     return causal, encoder
 
@@ -89,7 +89,7 @@ def test_default_config_writes_the_same_dict_and_cache_key():
     before = {"vocab_size": 65, "context_length": 64, "d_model": 128, "n_heads": 4, "n_layers": 4, "d_ff": 512,
               "dropout": 0.0, "bias": True, "norm": "pre", "tie_weights": True, "activation": "gelu_tanh",
               "positional": "learned", "layer_norm_eps": 1e-05, "fused": True}
-    key = json.dumps(preset_configs("baby-gpt-char")[0].to_dict(), sort_keys=True)
+    key = json.dumps(model_key(preset_configs("baby-gpt-char")[0]), sort_keys=True)
     assert key == json.dumps(before, sort_keys=True)
     with pytest.raises(ValueError, match="causal='no'"): GPTConfig(causal="no")
 

@@ -35,9 +35,9 @@ def _tiny(**kw):
 
 # --- reading the weights out ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("norm", ["pre", "post"])
-def test_attention_patterns_are_the_weights_the_layer_uses(norm):
-    model = _tiny(norm=norm)
+@pytest.mark.parametrize("norm_placement", ["pre", "post"])
+def test_attention_patterns_are_the_weights_the_layer_uses(norm_placement):
+    model = _tiny(norm_placement=norm_placement)
     ids = torch.randint(0, 23, (3, 12), generator=torch.Generator().manual_seed(1))
     weights = attention_patterns(model, ids)
     assert weights.shape == (2, 3, 4, 12, 12)
@@ -246,54 +246,54 @@ def test_induction_configs():
 
 
 def _small_run():
-    cfg = GPTConfig(vocab_size=30, context_length=8, d_model=8, n_heads=2, n_layers=1)
+    model_cfg = GPTConfig(vocab_size=30, context_length=8, d_model=8, n_heads=2, n_layers=1)
     data = torch.randint(0, 30, (500,), generator=torch.Generator().manual_seed(0))
-    return cfg, data[:400], data[400:]
+    return model_cfg, data[:400], data[400:]
 
 
 def test_train_in_stages_is_one_uninterrupted_run(tmp_path):
-    cfg, tr, va = _small_run()
+    model_cfg, tr, va = _small_run()
     train_cfg = TrainConfig(max_iters=7, batch_size=3, warmup_iters=2, eval_interval=2, eval_iters=1)
     torch.manual_seed(0)
-    staged = GPT(cfg)
+    staged = GPT(model_cfg)
     snaps = train_in_stages(staged, tr, va, train_cfg, tmp_path, every=3, batch_fn=repeat_segment_batch)
     assert [s for s, _ in snaps] == [0, 3, 6, 7]
     assert all(p.is_file() for _, p in snaps) and load_checkpoint(snaps[2][1])["step"] == 6
     torch.manual_seed(0)
-    once = GPT(cfg)
+    once = GPT(model_cfg)
     train(once, tr, va, train_cfg, progress=False, batch_fn=repeat_segment_batch)
     for name, p in once.state_dict().items():
         assert torch.equal(p, staged.state_dict()[name]), name
     torch.manual_seed(0)  # a second call finds every stage done and trains nothing
-    again = GPT(cfg)
+    again = GPT(model_cfg)
     assert train_in_stages(again, tr, va, train_cfg, tmp_path, every=3) == snaps
     torch.testing.assert_close(load_model(snaps[-1][1])[0].state_dict(), once.state_dict())
 
 
 def test_train_in_stages_continues_a_shorter_run(tmp_path):
-    cfg, tr, va = _small_run()
+    model_cfg, tr, va = _small_run()
     long_cfg = TrainConfig(max_iters=6, batch_size=3, warmup_iters=2, eval_interval=3, eval_iters=1)
     torch.manual_seed(0)
-    model = GPT(cfg)
+    model = GPT(model_cfg)
     train_in_stages(model, tr, va, TrainConfig(**{**long_cfg.to_dict(), "max_iters": 3, "lr_decay_iters": 6}),
                     tmp_path, every=3)
     snaps = train_in_stages(model, tr, va, long_cfg, tmp_path, every=3)
     torch.manual_seed(0)
-    once = GPT(cfg)
+    once = GPT(model_cfg)
     train(once, tr, va, long_cfg, progress=False)
     torch.testing.assert_close(load_model(snaps[-1][1])[0].state_dict(), once.state_dict(), rtol=0, atol=0)
 
 
 def test_train_in_stages_bad_input(tmp_path):
-    cfg, tr, va = _small_run()
+    model_cfg, tr, va = _small_run()
     with pytest.raises(ValueError, match="every=0 must be a positive int"):
-        train_in_stages(GPT(cfg), tr, va, TrainConfig(max_iters=2), tmp_path, every=0)
+        train_in_stages(GPT(model_cfg), tr, va, TrainConfig(max_iters=2), tmp_path, every=0)
     train_cfg = TrainConfig(max_iters=2, batch_size=2, warmup_iters=1, eval_interval=1, eval_iters=1)
     torch.manual_seed(0)
-    train_in_stages(GPT(cfg), tr, va, train_cfg, tmp_path, every=1)
+    train_in_stages(GPT(model_cfg), tr, va, train_cfg, tmp_path, every=1)
     (tmp_path/"step-000001.pt").unlink()
     with pytest.raises(Exception, match="lacks step-000001.pt"):
-        train_in_stages(GPT(cfg), tr, va, train_cfg, tmp_path, every=1)
+        train_in_stages(GPT(model_cfg), tr, va, train_cfg, tmp_path, every=1)
 
 
 # --- the experiment ------------------------------------------------------------------------------------------------

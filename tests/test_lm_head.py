@@ -86,7 +86,7 @@ def test_config_mapping():
     hf = GPT2Config(vocab_size=500, n_positions=64, n_embd=48, n_head=6, n_layer=3, n_inner=None,
                     layer_norm_epsilon=1e-6, activation_function="gelu_new", tie_word_embeddings=False, resid_pdrop=0.3)
     assert config_from_gpt2(hf) == GPTConfig(vocab_size=500, context_length=64, d_model=48, n_heads=6, n_layers=3,
-                                              d_ff=192, layer_norm_eps=1e-6, activation="gelu_tanh",
+                                              d_ff=192, norm_eps=1e-6, activation="gelu_tanh",
                                               tie_weights=False, dropout=0.0)
     assert config_from_gpt2(hf.to_dict()) == config_from_gpt2(hf)
     assert config_from_gpt2(GPT2Config(n_inner=7)).d_ff == 7
@@ -145,8 +145,8 @@ def test_missing_and_surplus_tensors():
     untied = sd | {"lm_head.weight": torch.zeros_like(sd["lm_head.weight"])}
     with pytest.raises(ValueError, match="lm_head.weight differs from wte.weight"):
         load_gpt2_state_dict(model, untied)
-    with pytest.raises(ValueError, match="norm='pre'"):
-        load_gpt2_state_dict(GPT(GPTConfig(**{**config_from_gpt2(hf.config).to_dict(), "norm": "post"})), sd)
+    with pytest.raises(ValueError, match="norm_placement='pre'"):
+        load_gpt2_state_dict(GPT(GPTConfig(**{**config_from_gpt2(hf.config).to_dict(), "norm_placement": "post"})), sd)
 
 
 def test_state_dict_without_prefix_and_with_old_buffers():
@@ -228,10 +228,10 @@ def test_bad_masks_and_caches(small):
     (dict(n_layers=0), "n_layers=0 must be a positive int"),
     (dict(vocab_size=10.0), "vocab_size=10.0 must be a positive int"),
     (dict(dropout=1.0), "dropout=1.0 must be in"),
-    (dict(norm="sandwich"), "norm='sandwich'"),
+    (dict(norm_placement="sandwich"), "norm_placement='sandwich'"),
     (dict(activation="swish"), "activation='swish' must be one of"),
     (dict(positional="rope"), "positional='rope'"),
-    (dict(layer_norm_eps=0.0), "layer_norm_eps=0.0 must be a positive finite number"),
+    (dict(norm_eps=0.0), "norm_eps=0.0 must be a positive finite number"),
     (dict(tie_weights="yes"), "tie_weights='yes' must be True or False"),
 ])
 def test_config_validation(kw, message):
@@ -291,17 +291,17 @@ def test_gpt2_small_count_and_estimate():
 
 @settings(max_examples=25, deadline=None)
 @given(n_layers=st.integers(1, 6), n_heads=st.sampled_from([1, 2, 4]), d_head=st.sampled_from([4, 8, 16]),
-       bias=st.booleans(), tie=st.booleans(), norm=st.sampled_from(["pre", "post"]), d_ff=st.integers(1, 64))
-def test_non_embedding_count_formula(n_layers, n_heads, d_head, bias, tie, norm, d_ff):
+       bias=st.booleans(), tie=st.booleans(), norm_placement=st.sampled_from(["pre", "post"]), d_ff=st.integers(1, 64))
+def test_non_embedding_count_formula(n_layers, n_heads, d_head, bias, tie, norm_placement, d_ff):
     "Exact count n_layers·(4D² + 2DF + biases + LayerNorms) + ln_f, next to eq. 10.55's 12·L·D² when F = 4D."
     D = n_heads * d_head
     c = GPTConfig(vocab_size=37, context_length=11, d_model=D, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff,
-                  bias=bias, tie_weights=tie, norm=norm)
+                  bias=bias, tie_weights=tie, norm_placement=norm_placement)
     with torch.device("meta"):
         model = GPT(c)
     ln = D * (1 + bias)
     block = 4 * D * D + 2 * D * d_ff + bias * (4 * D + d_ff + D) + 2 * ln
-    expected = n_layers * block + (ln if norm == "pre" else 0) + (0 if tie else 37 * D)
+    expected = n_layers * block + (ln if norm_placement == "pre" else 0) + (0 if tie else 37 * D)
     assert model.n_params(non_embedding=True) == expected
     assert model.n_params() == expected + 37 * D + 11 * D
 
@@ -356,3 +356,49 @@ def test_cache_of_another_batch_is_rejected_and_left_unchanged(small):
     with pytest.raises(ValueError, match="kv_cache holds a batch of B=2 sequences but token_ids has B=3"):
         small(torch.zeros(3, 1, dtype=torch.long), kv_cache=cache)
     assert len(cache) == 4 and all(torch.equal(k, layer.k) for k, layer in zip(keys, cache.layers))
+
+
+# ---- renamed fields: norm -> norm_placement, layer_norm_eps -> norm_eps (old names warn once) ----
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    "Forget which deprecated names already warned in this process, so each test sees its first warning."
+    from transformerbook import validation
+    monkeypatch.setattr(validation, "_WARNED", set())
+
+
+def test_old_gptconfig_names_still_work_and_warn_once(fresh_warnings):
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        a = GPTConfig(norm="post", layer_norm_eps=1e-6)
+        b = GPTConfig(norm="post", layer_norm_eps=1e-6)
+        assert a == b == GPTConfig(norm_placement="post", norm_eps=1e-6)
+        assert (a.norm, a.layer_norm_eps, b.norm) == ("post", 1e-6, "post")
+        a.norm = "pre"
+        assert a.norm_placement == "pre"
+    messages = [str(w.message) for w in caught]
+    assert all(w.category is DeprecationWarning for w in caught)
+    assert messages == ["GPTConfig(norm=...) is deprecated: use norm_placement=",
+                        "GPTConfig(layer_norm_eps=...) is deprecated: use norm_eps=",
+                        "GPTConfig.norm is deprecated: use GPTConfig.norm_placement",
+                        "GPTConfig.layer_norm_eps is deprecated: use GPTConfig.norm_eps"]  # each once
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    with pytest.raises(TypeError, match="got both norm= \\(deprecated\\) and norm_placement="):
+        GPTConfig(norm="post", norm_placement="pre")
+
+
+def test_old_dicts_load_and_dataclass_tools_see_only_the_new_fields(fresh_warnings):
+    import dataclasses
+    new = GPTConfig(vocab_size=11, context_length=8, d_model=16, n_heads=2, n_layers=1, norm_placement="post",
+                    norm_eps=1e-6)
+    old = {("norm" if k == "norm_placement" else "layer_norm_eps" if k == "norm_eps" else k): v
+           for k, v in new.to_dict().items()}  # what every checkpoint saved before the rename holds
+    with pytest.warns(DeprecationWarning, match="use norm_placement="):
+        assert GPTConfig.from_dict(old) == new
+    names = [f.name for f in dataclasses.fields(GPTConfig)]
+    assert "norm_placement" in names and "norm_eps" in names and not {"norm", "layer_norm_eps"} & set(names)
+    assert set(dataclasses.asdict(new)) == set(names)
+    assert dataclasses.replace(new, norm_placement="pre").norm_placement == "pre"
+    assert "norm_placement" in str(__import__("inspect").signature(GPTConfig))  # the docs show the new names
+    with pytest.raises(ValueError, match=r"unknown GPTConfig fields \['n_embd'\]"):
+        GPTConfig.from_dict({**old, "n_embd": 16})

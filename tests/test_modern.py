@@ -96,9 +96,9 @@ def test_rotary_score_depends_only_on_the_offset(i, j, s, seed, d_head):
 
 @pytest.mark.parametrize("theta,scaling", [(10000.0, None), (500000.0, None), (500000.0, LLAMA31)])
 def test_rotary_equals_hugging_face(theta, scaling):
-    cfg = LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=64, rope_theta=theta,
+    hf_config = LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=64, rope_theta=theta,
                       rope_scaling=None if scaling is None else dict(scaling))
-    hf_rope = LlamaRotaryEmbedding(cfg)
+    hf_rope = LlamaRotaryEmbedding(hf_config)
     torch.testing.assert_close(rotary_frequencies(16, theta, scaling).float(), hf_rope.inv_freq)
     q, k, pos = torch.randn(2, 4, 50, 16), torch.randn(2, 2, 50, 16), torch.arange(50)[None].expand(2, 50)
     cos, sin = hf_rope(q, pos)
@@ -162,24 +162,24 @@ def test_gqa_equals_mha_with_repeated_key_value_heads():
 
 @pytest.mark.parametrize("n_kv_heads,dtype", [(8, torch.float32), (2, torch.float32), (1, torch.float64)])
 def test_kv_cache_bytes_measured_on_the_model_equal_the_formula(n_kv_heads, dtype):
-    cfg = GPTConfig(vocab_size=30, context_length=32, d_model=32, n_heads=8, n_kv_heads=n_kv_heads, n_layers=3,
+    model_cfg = GPTConfig(vocab_size=30, context_length=32, d_model=32, n_heads=8, n_kv_heads=n_kv_heads, n_layers=3,
                     positional="rotary", normalization="rms", activation="swiglu", bias=False)
-    model, cache = GPT(cfg).to(dtype).eval(), KVCache(3)
+    model, cache = GPT(model_cfg).to(dtype).eval(), KVCache(3)
     with torch.no_grad():
         model(torch.randint(0, 30, (2, 9)), kv_cache=cache)
         model(torch.randint(0, 30, (2, 1)), kv_cache=cache)
-    assert cache.n_bytes == kv_cache_bytes(cfg, 10, 2, dtype) == (2 * 3 * n_kv_heads * 4 * 10 * 2
+    assert cache.n_bytes == kv_cache_bytes(model_cfg, 10, 2, dtype) == (2 * 3 * n_kv_heads * 4 * 10 * 2
                                                                   * (4 if dtype == torch.float32 else 8))
 
 
 def test_llama3_kv_table_from_configs():
     for layers, heads, hidden, per_token in ((32, 32, 4096, 131072), (80, 64, 8192, 327680)):
-        cfg = config_from_llama(dict(model_type="llama", vocab_size=128256, hidden_size=hidden,
+        model_cfg = config_from_llama(dict(model_type="llama", vocab_size=128256, hidden_size=hidden,
                                      intermediate_size=4 * hidden, num_hidden_layers=layers,
                                      num_attention_heads=heads, num_key_value_heads=8, rms_norm_eps=1e-5,
                                      rope_theta=500000.0, max_position_embeddings=8192))
-        assert kv_cache_bytes(cfg, 1, dtype=torch.bfloat16) == per_token
-        assert kv_cache_bytes(replace(cfg, n_kv_heads=heads), 1, dtype=torch.bfloat16) == per_token * heads // 8
+        assert kv_cache_bytes(model_cfg, 1, dtype=torch.bfloat16) == per_token
+        assert kv_cache_bytes(replace(model_cfg, n_kv_heads=heads), 1, dtype=torch.bfloat16) == per_token * heads // 8
 
 
 # ---------------------------------------------------------------- one model with switches
@@ -239,15 +239,16 @@ def test_loader_reads_a_saved_checkpoint(kind, tie, tmp_path):
 
 def test_loader_and_config_errors_name_the_problem():
     hf = random_hf("qwen3")
-    cfg = config_from_llama(hf.config)
+    model_cfg = config_from_llama(hf.config)
     sd = hf.state_dict()
     with pytest.raises(ValueError, match="no tensor 'layers.0.self_attn.k_norm.weight'"):
-        load_llama_state_dict(GPT(cfg), {k: v for k, v in sd.items() if k != "model.layers.0.self_attn.k_norm.weight"})
+        load_llama_state_dict(GPT(model_cfg),
+                              {k: v for k, v in sd.items() if k != "model.layers.0.self_attn.k_norm.weight"})
     with pytest.raises(ValueError, match="does not use"):
-        load_llama_state_dict(GPT(cfg), sd | {"model.layers.7.mlp.up_proj.weight": torch.zeros(1)})
+        load_llama_state_dict(GPT(model_cfg), sd | {"model.layers.7.mlp.up_proj.weight": torch.zeros(1)})
     with pytest.raises(ValueError,
                        match=r"layers.1.self_attn.k_proj.weight has shape \(128, 64\), expected \(64, 64\)"):
-        load_llama_state_dict(GPT(cfg), sd | {"model.layers.1.self_attn.k_proj.weight": torch.zeros(128, 64)})
+        load_llama_state_dict(GPT(model_cfg), sd | {"model.layers.1.self_attn.k_proj.weight": torch.zeros(128, 64)})
     with pytest.raises(ValueError, match="model_type='mixtral'"): config_from_llama({"model_type": "mixtral"})
     with pytest.raises(ValueError, match="hidden_act='gelu'"):
         config_from_llama({**hf.config.to_dict(), "hidden_act": "gelu"})
@@ -258,10 +259,10 @@ def test_loader_and_config_errors_name_the_problem():
 
 
 def test_gpt2_configs_and_checkpoints_are_unchanged():
-    "The switches default to GPT-2's choices and leave GPT-2's dict (and so checkpoints and cache keys) as before."
+    "The switches default to GPT-2's choices and leave them out of GPT-2's dict (and so of checkpoints and cache keys)."
     d = GPTConfig.gpt2_small().to_dict()
     assert set(d) == {"vocab_size", "context_length", "d_model", "n_heads", "n_layers", "d_ff", "dropout", "bias",
-                      "norm", "tie_weights", "activation", "positional", "layer_norm_eps", "fused"}
+                      "norm_placement", "tie_weights", "activation", "positional", "norm_eps", "fused"}
     modern = GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=4, n_kv_heads=2, n_layers=1, qk_norm=True)
     assert GPTConfig.from_dict(modern.to_dict()) == modern and modern.to_dict()["n_kv_heads"] == 2
     torch.manual_seed(0)

@@ -212,9 +212,10 @@ def test_expert_usage_counts_fractions():
 # ---------------------------------------------------------------- parameter counts
 
 def test_param_counts_match_hf_mixtral_model():
-    cfg = MixtralConfig(vocab_size=50, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=6,
-                        num_key_value_heads=2, head_dim=4, num_local_experts=3, num_experts_per_tok=2)
-    n_hf = sum(p.numel() for p in MixtralForCausalLM(cfg).parameters())
+    hf_config = MixtralConfig(vocab_size=50, hidden_size=24, intermediate_size=40, num_hidden_layers=2,
+                              num_attention_heads=6, num_key_value_heads=2, head_dim=4, num_local_experts=3,
+                              num_experts_per_tok=2)
+    n_hf = sum(p.numel() for p in MixtralForCausalLM(hf_config).parameters())
     counts = count_moe_params(2, 24, 40, 3, 2, 50, 6, n_kv_heads=2)
     assert counts["total"] == n_hf
     assert counts["total"] - counts["active"] == 2 * 1 * 3 * 24 * 40
@@ -231,11 +232,11 @@ def test_param_counts_match_our_layer_and_published_mixtral():
 @pytest.mark.parametrize("gated,tie,kv,E,K", [(True, False, 2, 5, 2), (False, True, 4, 3, 1), (True, True, 1, 4, 4)])
 def test_moe_counts_equal_a_gpt_with_experts(gated, tie, kv, E, K):
     "The count is built on `count_params` and equals the real model: chapter 6's GPT with `use_moe`'s experts."
-    cfg = GPTConfig(vocab_size=37, context_length=8, d_model=32, n_heads=4, n_layers=2, d_ff=24, n_kv_heads=kv,
+    model_cfg = GPTConfig(vocab_size=37, context_length=8, d_model=32, n_heads=4, n_layers=2, d_ff=24, n_kv_heads=kv,
                     bias=False, tie_weights=tie, normalization="rms", positional="rotary",
                     activation="swiglu" if gated else "gelu_tanh")
     counts = count_moe_params(2, 32, 24, E, K, 37, 4, n_kv_heads=kv, gated=gated, tie_weights=tie)
-    assert counts["total"] == use_moe(GPT(cfg), n_experts=E, top_k=K).n_params()
+    assert counts["total"] == use_moe(GPT(model_cfg), n_experts=E, top_k=K).n_params()
     assert counts["total"] - counts["active"] == 2 * (E - K) * (3 if gated else 2) * 32 * 24
 
 

@@ -27,11 +27,11 @@ def _switches():
                                                                      (False, True), (False, True), (False, True)):
         if post and (rotary or wide): continue  # keep the count down: post-norm with the GPT-2 parts only
         yield dict(vocab_size=23, context_length=16, d_model=16, n_heads=4, n_layers=2, n_kv_heads=kv,
-                   d_head=8 if wide else None, qk_norm=qk_norm, norm="post" if post else "pre", fused=fused,
+                   d_head=8 if wide else None, qk_norm=qk_norm, norm_placement="post" if post else "pre", fused=fused,
                    **(MODERN if rotary else {}))
 
 
-SHOWN = ("positional", "qk_norm", "n_kv_heads", "d_head", "norm", "fused")
+SHOWN = ("positional", "qk_norm", "n_kv_heads", "d_head", "norm_placement", "fused")
 
 
 @pytest.mark.parametrize("kw", list(_switches()), ids=lambda kw: "-".join(f"{k}={kw[k]}" for k in SHOWN if k in kw))
@@ -79,9 +79,9 @@ def test_with_a_kv_cache_each_step_sees_the_row_of_the_full_pattern(kw):
 
 def _hf_gpt2():
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=101, n_positions=32, n_embd=48, n_head=6, n_layer=2,
+    hf_config = transformers.GPT2Config(vocab_size=101, n_positions=32, n_embd=48, n_head=6, n_layer=2,
                                   attn_implementation="eager")
-    hf = transformers.GPT2LMHeadModel(cfg).double().eval()
+    hf = transformers.GPT2LMHeadModel(hf_config).double().eval()
     return hf, load_gpt2_state_dict(GPT(config_from_gpt2(hf.config)).double(), hf.state_dict()).eval()
 
 

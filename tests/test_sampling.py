@@ -134,16 +134,17 @@ def test_sampler_per_row_generators_and_errors():
 def tiny_gpt(seed=0, dtype=torch.float64, **overrides) -> GPT:
     "A small random GPT in float64 (so that near-tied logits cannot flip between equivalent computations)."
     torch.manual_seed(seed)
-    cfg = dict(vocab_size=40, context_length=12, d_model=32, n_heads=4, n_layers=2)
-    return GPT(GPTConfig(**{**cfg, **overrides})).to(dtype).eval()
+    small = dict(vocab_size=40, context_length=12, d_model=32, n_heads=4, n_layers=2)
+    return GPT(GPTConfig(**{**small, **overrides})).to(dtype).eval()
 
 
 @given(seed=st.integers(0, 10_000), context=st.integers(2, 12), n_layers=st.integers(1, 3),
-       prompt_len=st.integers(1, 14), new=st.integers(0, 25), norm=st.sampled_from(["pre", "post"]),
+       prompt_len=st.integers(1, 14), new=st.integers(0, 25), norm_placement=st.sampled_from(["pre", "post"]),
        positional=st.sampled_from(["learned", "sinusoidal"]))
 @settings(max_examples=40, deadline=None)
-def test_greedy_with_and_without_cache_identical(seed, context, n_layers, prompt_len, new, norm, positional):
-    model = tiny_gpt(seed, context_length=context, n_layers=n_layers, norm=norm, positional=positional)
+def test_greedy_with_and_without_cache_identical(seed, context, n_layers, prompt_len, new, norm_placement, positional):
+    model = tiny_gpt(seed, context_length=context, n_layers=n_layers, norm_placement=norm_placement,
+                     positional=positional)
     prompt = torch.randint(0, 40, (2, prompt_len), generator=torch.Generator().manual_seed(seed))
     cached = generate(model, prompt, new, temperature=0, use_kv_cache=True)
     assert cached.shape == (2, prompt_len + new) and cached.dtype == torch.int64
@@ -382,9 +383,9 @@ def _hf_pair(seed: int):
     hf_logging.set_verbosity_error()
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=rng.choice([6, 9, 12, 40, 97]), n_positions=64, n_embd=rng.choice([16, 32]),
+    hf_config = GPT2Config(vocab_size=rng.choice([6, 9, 12, 40, 97]), n_positions=64, n_embd=rng.choice([16, 32]),
                      n_head=rng.choice([2, 4]), n_layer=rng.choice([1, 2]), bos_token_id=0, eos_token_id=1)
-    hf = GPT2LMHeadModel(cfg).eval()
+    hf = GPT2LMHeadModel(hf_config).eval()
     with torch.no_grad(): hf.transformer.wte.weight.mul_(rng.choice([3.0, 6.0]))
     return rng, hf, load_gpt2_state_dict(GPT(config_from_gpt2(hf.config)), hf.state_dict()).eval()
 

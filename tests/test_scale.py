@@ -162,7 +162,7 @@ def random_config(activation: str, heads: str, wide_head: bool, qk_norm: bool, s
                      n_heads=H, n_kv_heads=KV, d_head=Dh, n_layers=int(rng.integers(1, 3)),
                      d_ff=int(rng.integers(5, 40)), activation=activation, qk_norm=qk_norm,
                      positional=str(rng.choice(["learned", "sinusoidal", "rotary"])),
-                     normalization=str(rng.choice(["layer", "rms"])), norm=str(rng.choice(["pre", "post"])),
+                     normalization=str(rng.choice(["layer", "rms"])), norm_placement=str(rng.choice(["pre", "post"])),
                      bias=bool(rng.integers(2)), tie_weights=bool(rng.integers(2)), causal=bool(rng.integers(2)),
                      **overrides)
 
@@ -199,12 +199,13 @@ def test_model_flops_per_token_counts_the_fused_kernel(switches):
 
 def test_model_flops_per_token_reduces_to_gpt2s_formula_and_refuses_bad_input():
     "GPT-2's count, 2L(4d² + 2d·d_ff) + 4LTd + 2dV, is the special case; a config and a length are checked."
-    cfg = GPTConfig.gpt2_small()
-    L, D, F, T, V = cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.context_length, cfg.vocab_size
-    assert model_flops_per_token(cfg, training=False) == 2 * L * (4 * D * D + 2 * D * F) + 4 * L * T * D + 2 * D * V
-    assert model_flops_per_token(cfg) == 3 * model_flops_per_token(cfg, training=False)
+    model_cfg = GPTConfig.gpt2_small()
+    L, D, F, T, V = (getattr(model_cfg, k) for k in ("n_layers", "d_model", "d_ff", "context_length", "vocab_size"))
+    assert model_flops_per_token(model_cfg, training=False) == \
+        2 * L * (4 * D * D + 2 * D * F) + 4 * L * T * D + 2 * D * V
+    assert model_flops_per_token(model_cfg) == 3 * model_flops_per_token(model_cfg, training=False)
     with pytest.raises(ValueError, match="seq_len=0"):
-        model_flops_per_token(cfg, seq_len=0)
+        model_flops_per_token(model_cfg, seq_len=0)
     with pytest.raises(TypeError, match="model_cfg"):
         model_flops_per_token({"d_model": 768})
 
@@ -220,9 +221,9 @@ def test_sharded_memory_matches_the_zero_paper():
 
 
 def test_gpt_n_params_without_allocating():
-    cfg = GPTConfig(vocab_size=50257, context_length=1024, d_model=768, n_heads=12, n_layers=12)
+    model_cfg = GPTConfig(vocab_size=50257, context_length=1024, d_model=768, n_heads=12, n_layers=12)
     with pytest.warns(DeprecationWarning, match="gpt_n_params is deprecated"):  # a deprecated alias of GPT.n_params
-        assert gpt_n_params(cfg) == 124_439_808  # GPT-2 small, tied embeddings
+        assert gpt_n_params(model_cfg) == 124_439_808  # GPT-2 small, tied embeddings
     assert mfu(1000, 6e6, 12e9) == pytest.approx(0.5)
 
 

@@ -21,8 +21,8 @@ from transformerbook.training import TrainConfig
 BASE = dict(vocab_size=50, context_length=16, d_model=24, n_heads=4, n_layers=2)
 VARIANTS = {
     "default": {}, "untied": {"tie_weights": False}, "no-bias": {"bias": False},
-    "sinusoidal": {"positional": "sinusoidal"}, "d_ff": {"d_ff": 37}, "post-norm": {"norm": "post"},
-    "post-untied-no-bias": {"norm": "post", "tie_weights": False, "bias": False},
+    "sinusoidal": {"positional": "sinusoidal"}, "d_ff": {"d_ff": 37}, "post-norm": {"norm_placement": "post"},
+    "post-untied-no-bias": {"norm_placement": "post", "tie_weights": False, "bias": False},
     "deep-narrow": {"n_layers": 5, "d_model": 8, "n_heads": 2},
     "sinusoidal-untied-d_ff": {"positional": "sinusoidal", "tie_weights": False, "d_ff": 10},
 }
@@ -46,12 +46,13 @@ def test_count_params_equals_the_real_module(variant, non_embedding):
 @settings(max_examples=25, deadline=None)
 @given(n_layers=st.integers(1, 4), n_heads=st.integers(1, 4), d_head=st.integers(1, 8), d_ff=st.integers(1, 64),
        vocab_size=st.integers(2, 100), context_length=st.integers(1, 32), bias=st.booleans(), tie=st.booleans(),
-       positional=st.sampled_from(["learned", "sinusoidal"]), norm=st.sampled_from(["pre", "post"]))
+       positional=st.sampled_from(["learned", "sinusoidal"]), norm_placement=st.sampled_from(["pre", "post"]))
 def test_count_params_property(n_layers, n_heads, d_head, d_ff, vocab_size, context_length, bias, tie, positional,
-                               norm):
+                               norm_placement):
     d_model = n_heads * d_head * (2 if positional == "sinusoidal" else 1)  # sinusoidal needs an even d_model
     config = GPTConfig(vocab_size=vocab_size, context_length=context_length, d_model=d_model, n_heads=n_heads,
-                       n_layers=n_layers, d_ff=d_ff, bias=bias, tie_weights=tie, positional=positional, norm=norm)
+                       n_layers=n_layers, d_ff=d_ff, bias=bias, tie_weights=tie, positional=positional,
+                       norm_placement=norm_placement)
     model = meta_model(config)
     assert count_params(config) == sum(p.numel() for p in model.parameters())
     embeddings = vocab_size * d_model + (context_length * d_model if positional == "learned" else 0)
@@ -60,16 +61,16 @@ def test_count_params_property(n_layers, n_heads, d_head, d_ff, vocab_size, cont
 
 @settings(max_examples=40, deadline=None)
 @given(n_heads=st.sampled_from([2, 4]), kv=st.sampled_from([None, 1, 2]), d_head=st.sampled_from([None, 4, 8]),
-       bias=st.booleans(), tie=st.booleans(), norm=st.sampled_from(["pre", "post"]),
+       bias=st.booleans(), tie=st.booleans(), norm_placement=st.sampled_from(["pre", "post"]),
        normalization=st.sampled_from(["layer", "rms"]), positional=st.sampled_from(["learned", "sinusoidal", "rotary"]),
        activation=st.sampled_from(["gelu", "swiglu"]), qk_norm=st.booleans(), non_embedding=st.booleans())
-def test_count_params_covers_the_modern_switches(n_heads, kv, d_head, bias, tie, norm, normalization, positional,
-                                                 activation, qk_norm, non_embedding):
+def test_count_params_covers_the_modern_switches(n_heads, kv, d_head, bias, tie, norm_placement, normalization,
+                                                 positional, activation, qk_norm, non_embedding):
     """Chapter 12's switches (grouped-query heads, an explicit d_head, QK-norm, RMSNorm, SwiGLU, rotary positions)
     change the count; the formula must follow them exactly."""
     config = GPTConfig(vocab_size=37, context_length=12, d_model=16, n_heads=n_heads, n_layers=2, d_ff=24, bias=bias,
-                       tie_weights=tie, norm=norm, normalization=normalization, positional=positional,
-                       activation=activation, n_kv_heads=kv, d_head=d_head, qk_norm=qk_norm)
+                       tie_weights=tie, norm_placement=norm_placement, normalization=normalization,
+                       positional=positional, activation=activation, n_kv_heads=kv, d_head=d_head, qk_norm=qk_norm)
     assert count_params(config, non_embedding) == GPT(config).n_params(non_embedding)
 
 
@@ -227,7 +228,7 @@ def test_bad_inputs_raise_value_error_naming_the_value(name):
 
 
 def test_type_errors():
-    with pytest.raises(TypeError, match="config must be a GPTConfig"):
+    with pytest.raises(TypeError, match="model_cfg must be a GPTConfig"):
         count_params({"d_model": 8})
     with pytest.raises(TypeError, match="model_cfg must be a GPTConfig"):
         scaling_run(None, TrainConfig())

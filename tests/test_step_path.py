@@ -74,14 +74,14 @@ def test_the_counter_counts_a_read():
 
 def test_at_most_one_host_read_per_log_interval():
     tr, va = data()
-    cfg = TrainConfig(**{**OVERFIT, "max_iters": 12, "eval_interval": 12, "log_interval": 4})
+    train_cfg = TrainConfig(**{**OVERFIT, "max_iters": 12, "eval_interval": 12, "log_interval": 4})
     torch.manual_seed(0)
     with host_reads() as reads:
-        history = train(GPT(GPTConfig(**MODEL)), tr, va, cfg, progress=False)
+        history = train(GPT(GPTConfig(**MODEL)), tr, va, train_cfg, progress=False)
     evaluations = [r for r in reads if r.endswith(":estimate_loss")]
     assert len(history.steps) == 2 and len(evaluations) == 2 * 2  # two evaluations, one read per split each
     step_reads = [r for r in reads if not r.endswith(":estimate_loss")]
-    assert len(step_reads) <= math.ceil(cfg.max_iters / cfg.log_interval), step_reads  # 3 for 12 steps
+    assert len(step_reads) <= math.ceil(train_cfg.max_iters / train_cfg.log_interval), step_reads  # 3 for 12 steps
     assert len(history.iter_loss) == 12 and all(math.isfinite(x) for x in history.iter_loss)
 
 
@@ -135,12 +135,12 @@ def test_the_best_weights_are_kept_and_loaded_by_default(tmp_path):
     assert model_file(tmp_path).name == BEST_CHECKPOINT_NAME and load_checkpoint(model_file(tmp_path))["step"] == \
         history.steps[best]
     model, _ = load_model(tmp_path)
-    cfg = TrainConfig(**OVERFIT)
-    again = estimate_loss(model, {"train": tr, "val": va}, cfg.batch_size, cfg.eval_iters, cfg.seed + 1)
+    train_cfg = TrainConfig(**OVERFIT)
+    sizes = (train_cfg.batch_size, train_cfg.eval_iters, train_cfg.seed + 1)  # what `train` evaluates with
+    again = estimate_loss(model, {"train": tr, "val": va}, *sizes)
     assert again["val"] == history.val_loss[best]  # the same batches: exactly the run's best evaluation
     latest, _ = load_model(tmp_path, latest=True)
-    assert estimate_loss(latest, {"val": va}, cfg.batch_size, cfg.eval_iters, cfg.seed + 1)["val"] == \
-        history.val_loss[-1]
+    assert estimate_loss(latest, {"val": va}, *sizes)["val"] == history.val_loss[-1]
     assert load_checkpoint(tmp_path)["optimizer"] is not None  # ckpt.pt still resumes
     assert load_checkpoint(tmp_path/BEST_CHECKPOINT_NAME)["optimizer"] is None  # best.pt: weights only
 
@@ -152,13 +152,13 @@ def test_patience_stops_early_and_resume_stays_exact(tmp_path):
     best = history.val_loss.index(min(history.val_loss))
     assert len(history.steps) - 1 - best == 2 and history.steps[-1] < OVERFIT["max_iters"]
     # resume across a log interval and an evaluation: bit for bit the uninterrupted run
-    cfg = TrainConfig(**{**OVERFIT, "max_iters": 14})
+    train_cfg = TrainConfig(**{**OVERFIT, "max_iters": 14})
     torch.manual_seed(0)
-    full = train(GPT(GPTConfig(**MODEL)), tr, va, cfg, progress=False)
+    full = train(GPT(GPTConfig(**MODEL)), tr, va, train_cfg, progress=False)
     torch.manual_seed(0)
     train(GPT(GPTConfig(**MODEL)), tr, va, TrainConfig(**{**OVERFIT, "max_iters": 7, "lr_decay_iters": 14}),
           out_dir=tmp_path, progress=False)
-    resumed = train(GPT(GPTConfig(**MODEL)), tr, va, cfg, out_dir=tmp_path, resume=True, progress=False)
+    resumed = train(GPT(GPTConfig(**MODEL)), tr, va, train_cfg, out_dir=tmp_path, resume=True, progress=False)
     assert resumed.iter_loss == full.iter_loss  # the interrupted run also evaluated at its end, step 7:
     assert dict(zip(resumed.steps, resumed.val_loss)).items() >= dict(zip(full.steps, full.val_loss)).items()
 
@@ -215,8 +215,8 @@ def test_cli_patience_option(tmp_path):
     status, _, err = run("train", "--data", corpus, "--out", tmp_path/"r", "--max-iters", 2, "--patience", 3,
                          "--log-interval", 2, "--eval-interval", 2, *SMALL)
     assert status == 0, err
-    cfg = load_checkpoint(tmp_path/"r")["train_config"]
-    assert (cfg["patience"], cfg["log_interval"]) == (3, 2)
+    train_cfg = load_checkpoint(tmp_path/"r")["train_config"]
+    assert (train_cfg["patience"], train_cfg["log_interval"]) == (3, 2)
 
 
 def test_cli_train_uses_the_prepared_folders_tokenizer(tmp_path):

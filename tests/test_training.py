@@ -134,15 +134,15 @@ def test_train_config_type_errors_name_field_and_value(kw, msg):
 
 
 def test_train_config_round_trip():
-    cfg = TrainConfig(max_iters=10, warmup_iters=2, lr_decay_iters=8)
-    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    train_cfg = TrainConfig(max_iters=10, warmup_iters=2, lr_decay_iters=8)
+    assert TrainConfig.from_dict(train_cfg.to_dict()) == train_cfg
     with pytest.raises(ValueError, match="unknown TrainConfig fields"):
         TrainConfig.from_dict({"lr": 1.0})
 
 
 def test_lr_schedule_shape():
-    cfg = TrainConfig(max_iters=2000, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, lr_decay_iters=2000)
-    lrs = [lr_at(s, cfg) for s in range(2100)]
+    train_cfg = TrainConfig(max_iters=2000, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, lr_decay_iters=2000)
+    lrs = [lr_at(s, train_cfg) for s in range(2100)]
     assert lrs[0] == pytest.approx(1e-3 / 101) and lrs[0] > 0
     assert all(a < b for a, b in zip(lrs[:100], lrs[1:101]))  # warm-up rises
     assert lrs[100] == pytest.approx(1e-3)  # peak at the warm-up boundary
@@ -188,14 +188,14 @@ def test_training_path_uses_fused_kernels():
 # ---------------------------------------------------------------- the loop
 def test_train_lowers_loss_and_is_deterministic():
     tr, va = tiny_data()
-    cfg = TrainConfig(**{**TINY_TRAIN, "max_iters": 30, "eval_interval": 10, "learning_rate": 1e-2, "min_lr": 1e-3,
-                          "lr_decay_iters": 30})
-    h1 = train(tiny_model(), tr, va, cfg, progress=False)
-    h2 = train(tiny_model(), tr, va, cfg, progress=False)
+    train_cfg = TrainConfig(**{**TINY_TRAIN, "max_iters": 30, "eval_interval": 10, "learning_rate": 1e-2,
+                               "min_lr": 1e-3, "lr_decay_iters": 30})
+    h1 = train(tiny_model(), tr, va, train_cfg, progress=False)
+    h2 = train(tiny_model(), tr, va, train_cfg, progress=False)
     assert h1.iter_loss == h2.iter_loss and h1.val_loss == h2.val_loss
     assert h1.steps == [0, 10, 20, 30] and len(h1.iter_loss) == len(h1.lr) == 30
     assert h1.train_loss[-1] < h1.train_loss[0] - 0.5
-    assert h1.lr == [lr_at(s, cfg) for s in range(30)]
+    assert h1.lr == [lr_at(s, train_cfg) for s in range(30)]
 
 
 def test_estimate_loss_restores_mode_and_is_repeatable():
@@ -216,13 +216,13 @@ def test_train_rejects_short_corpus():
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_resume_reproduces_uninterrupted_run(tmp_path, dropout):
     tr, va = tiny_data()
-    cfg = TrainConfig(**TINY_TRAIN)
-    full = train(tiny_model(dropout=dropout), tr, va, cfg, out_dir=tmp_path/"full", progress=False)
+    train_cfg = TrainConfig(**TINY_TRAIN)
+    full = train(tiny_model(dropout=dropout), tr, va, train_cfg, out_dir=tmp_path/"full", progress=False)
     part_cfg = TrainConfig(**{**TINY_TRAIN, "max_iters": 3})  # same schedule (lr_decay_iters=6), stops at step 3
     train(tiny_model(dropout=dropout), tr, va, part_cfg, out_dir=tmp_path/"part", progress=False)
     assert load_checkpoint(tmp_path/"part")["step"] == 3
     torch.manual_seed(12345)  # the resumed run must not depend on the global RNG state at call time
-    resumed = train(tiny_model(seed=99, dropout=dropout), tr, va, cfg, out_dir=tmp_path/"part", resume=True,
+    resumed = train(tiny_model(seed=99, dropout=dropout), tr, va, train_cfg, out_dir=tmp_path/"part", resume=True,
                     progress=False)
     assert resumed.iter_loss == full.iter_loss
     assert resumed.steps == full.steps and resumed.val_loss == full.val_loss
@@ -232,13 +232,13 @@ def test_resume_with_more_iters_keeps_the_schedule(tmp_path):
     """lr_decay_iters=None is fixed to the first run's max_iters and stored, so raising max_iters on resume cannot make
     lr jump."""
     tr, va = tiny_data()
-    cfg = TrainConfig(**{**TINY_TRAIN, "lr_decay_iters": None})  # decay over max_iters = 6
-    first = train(tiny_model(), tr, va, cfg, out_dir=tmp_path, progress=False)
+    train_cfg = TrainConfig(**{**TINY_TRAIN, "lr_decay_iters": None})  # decay over max_iters = 6
+    first = train(tiny_model(), tr, va, train_cfg, out_dir=tmp_path, progress=False)
     assert load_checkpoint(tmp_path)["train_config"]["lr_decay_iters"] == 6
-    longer = TrainConfig(**{**cfg.to_dict(), "max_iters": 10})
+    longer = TrainConfig(**{**train_cfg.to_dict(), "max_iters": 10})
     resumed = train(tiny_model(), tr, va, longer, out_dir=tmp_path, resume=True, progress=False)
     assert resumed.lr[:6] == first.lr
-    assert resumed.lr[6:] == [lr_at(s, cfg) for s in range(6, 10)] == [cfg.min_lr] * 4  # the original schedule
+    assert resumed.lr[6:] == [lr_at(s, train_cfg) for s in range(6, 10)] == [train_cfg.min_lr] * 4  # as first planned
     assert resumed.lr[6] < resumed.lr[5]  # no jump back up the cosine
     assert load_checkpoint(tmp_path)["train_config"]["lr_decay_iters"] == 6
     # a checkpoint written before the fix (lr_decay_iters=None stored) resumes on its own max_iters' schedule too
@@ -246,11 +246,11 @@ def test_resume_with_more_iters_keeps_the_schedule(tmp_path):
     ckpt["train_config"]["lr_decay_iters"] = None
     ckpt["train_config"]["max_iters"] = 10
     torch.save(ckpt, tmp_path/"ckpt.pt")
-    resumed = train(tiny_model(), tr, va, TrainConfig(**{**cfg.to_dict(), "max_iters": 12}), out_dir=tmp_path,
+    resumed = train(tiny_model(), tr, va, TrainConfig(**{**train_cfg.to_dict(), "max_iters": 12}), out_dir=tmp_path,
                     resume=True, progress=False)
-    assert resumed.lr[10:] == [cfg.min_lr] * 2
+    assert resumed.lr[10:] == [train_cfg.min_lr] * 2
     with pytest.raises(CheckpointError, match=r"'lr_decay_iters': \(10, 12\)"):  # an explicit new decay is refused
-        train(tiny_model(), tr, va, TrainConfig(**{**cfg.to_dict(), "max_iters": 14, "lr_decay_iters": 12}),
+        train(tiny_model(), tr, va, TrainConfig(**{**train_cfg.to_dict(), "max_iters": 14, "lr_decay_iters": 12}),
               out_dir=tmp_path, resume=True, progress=False)
 
 
@@ -409,8 +409,9 @@ def test_resume_config_is_the_one_rule():
     saved = TrainConfig(max_iters=100, warmup_iters=10).to_dict()
     assert resume_config(saved, {"max_iters": 300}).decay_iters == 100
     assert resume_config(saved, {"lr_decay_iters": None}).lr_decay_iters == 100
-    cfg = resume_config(saved, {"grad_accum_steps": 3, "dtype": "bfloat16", "compile": True, "eval_iters": 5})
-    assert (cfg.grad_accum_steps, cfg.dtype, cfg.compile, cfg.eval_iters) == (3, "bfloat16", True, 5)
+    train_cfg = resume_config(saved, {"grad_accum_steps": 3, "dtype": "bfloat16", "compile": True, "eval_iters": 5})
+    assert (train_cfg.grad_accum_steps, train_cfg.dtype, train_cfg.compile, train_cfg.eval_iters) == \
+        (3, "bfloat16", True, 5)
     with pytest.raises(CheckpointError, match=r"'learning_rate': \(0.001, 0.002\)"):
         resume_config(saved, {"learning_rate": 2e-3})
     assert set(RESUMABLE) >= {"max_iters", "eval_interval", "eval_iters"}
@@ -442,8 +443,8 @@ def test_estimate_loss_restores_mode_after_an_error():
 # ---------------------------------------------------------------- execution: accumulation, precision, compile, device
 def _run(cfg_kw, tmp=None, resume=False, model_seed=0, **kw):
     tr, va = tiny_data()
-    cfg = TrainConfig(**{**TINY_TRAIN, "batch_size": 8, **cfg_kw})
-    return train(tiny_model(seed=model_seed, **kw), tr, va, cfg, out_dir=tmp, resume=resume, progress=False)
+    train_cfg = TrainConfig(**{**TINY_TRAIN, "batch_size": 8, **cfg_kw})
+    return train(tiny_model(seed=model_seed, **kw), tr, va, train_cfg, out_dir=tmp, resume=resume, progress=False)
 
 
 def _weights(path):
@@ -616,3 +617,27 @@ def test_cached_shakespeare_model_never_trains(tmp_path, monkeypatch):
     assert cached_shakespeare_model("gpt2") is None and cached_shakespeare_model("char") is None
     assert not any(tmp_path.rglob("*.pt"))
     with pytest.raises(ValueError, match="tokenizer='bpe'"): cached_shakespeare_model("bpe")
+
+
+def test_checkpoint_with_the_old_field_names_loads_and_resumes(tmp_path, monkeypatch):
+    """Every checkpoint saved before GPTConfig's `norm` and `layer_norm_eps` became `norm_placement` and `norm_eps`
+    holds the old keys: it loads (one `DeprecationWarning`) and resumes, and the resumed run writes the new keys."""
+    from transformerbook import validation
+    monkeypatch.setattr(validation, "_WARNED", set())
+    tr, va = tiny_data()
+    train_cfg = TrainConfig(**TINY_TRAIN)
+    full = train(tiny_model(norm_placement="post", norm_eps=1e-6), tr, va, train_cfg, out_dir=tmp_path/"full",
+                 progress=False)
+    train(tiny_model(norm_placement="post", norm_eps=1e-6), tr, va, TrainConfig(**{**TINY_TRAIN, "max_iters": 3}),
+          out_dir=tmp_path/"old", progress=False)
+    ckpt = load_checkpoint(tmp_path/"old")
+    saved = ckpt["model_config"]
+    saved["norm"], saved["layer_norm_eps"] = saved.pop("norm_placement"), saved.pop("norm_eps")
+    torch.save(ckpt, tmp_path/"old"/"ckpt.pt")  # as the book's cached runs were written
+    with pytest.warns(DeprecationWarning, match="use norm_placement="):
+        loaded, _ = load_model(tmp_path/"old"/"ckpt.pt")
+    assert loaded.config == GPTConfig(**TINY, norm_placement="post", norm_eps=1e-6)
+    resumed = train(tiny_model(seed=99, norm_placement="post", norm_eps=1e-6), tr, va, train_cfg,
+                    out_dir=tmp_path/"old", resume=True, progress=False)
+    assert resumed.iter_loss == full.iter_loss
+    assert {"norm_placement", "norm_eps"} <= set(load_checkpoint(tmp_path/"old")["model_config"])

@@ -2,12 +2,13 @@
 pre-norm blocks that a transformer stacks (J&M 10.3-10.4; 6.390 11.3.1).
 
 **In the package** (`transformerbook.blocks`): `LayerNorm(d_model)` normalizes the last axis and `RMSNorm(d_model)`
-only rescales it (`make_norm` builds either, by a name in `NORMS`); `FeedForward(d_model, d_ff)` is the position-wise
+only rescales it (`make_norm` builds either, by a name in `NORMALIZATIONS`); `FeedForward(d_model, d_ff)` is the position-wise
 network with an activation from `ACTIVATIONS`, `SwiGLUFeedForward(d_model, d_ff)` its gated variant, and `make_mlp`
-builds either (the choices are `MLP_ACTIVATIONS`). `TransformerBlock(d_model, n_heads, norm="pre")` (or `"post"`)
+builds either (the choices are `MLP_ACTIVATIONS`). `TransformerBlock(d_model, n_heads, norm_placement="pre")` (or `"post"`)
 wraps multi-head attention and the feed-forward network in residual connections, mapping (B, T, d_model) to
 (B, T, d_model). `fused=True` swaps in torch's single-kernel LayerNorm and attention, which compute the same function
-faster.
+faster. `OLD_NORM_NAMES` maps the keywords' old names (`norm`, `layer_norm_eps`) to their new ones, which they still
+reach with a `DeprecationWarning`.
 
 Docs: https://transformerbook.github.io/transformerbook/blocks.html.md"""
 
@@ -22,10 +23,11 @@ from torch import Tensor, nn
 
 from .multihead import MultiHeadAttention
 from .validation import check_choice, check_input_dtype, check_positive_int, check_positive_ints
+from .validation import renamed_keywords, warn_renamed
 
 # %% auto #0
-__all__ = ['NORMS', 'ACTIVATIONS', 'MLP_ACTIVATIONS', 'LayerNorm', 'RMSNorm', 'make_norm', 'FeedForward', 'SwiGLUFeedForward',
-           'make_mlp', 'TransformerBlock']
+__all__ = ['NORMALIZATIONS', 'ACTIVATIONS', 'MLP_ACTIVATIONS', 'OLD_NORM_NAMES', 'LayerNorm', 'RMSNorm', 'make_norm',
+           'FeedForward', 'SwiGLUFeedForward', 'make_mlp', 'TransformerBlock']
 
 # %% ../nbs/04_blocks.ipynb #a4993ef1
 class LayerNorm(nn.Module):
@@ -100,7 +102,7 @@ class RMSNorm(nn.Module):
         return x / rms * self.weight  # (..., D)
 
 # %% ../nbs/04_blocks.ipynb #d7c02557
-NORMS = ("layer", "rms")  # the `normalization` choices of TransformerBlock and GPTConfig
+NORMALIZATIONS = ("layer", "rms")  # the `normalization` choices (the kind of norm) of TransformerBlock and GPTConfig
 
 def make_norm(normalization: str, # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama, Qwen3)
               d_model: int, # normalized width
@@ -109,9 +111,15 @@ def make_norm(normalization: str, # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm
               fused: bool = False, # torch's fused LayerNorm kernel
              ) -> nn.Module:
     "A `LayerNorm` or an `RMSNorm` of width d_model; `ValueError` naming an unknown normalization."
-    check_choice("normalization", normalization, NORMS)
+    check_choice("normalization", normalization, NORMALIZATIONS)
     if normalization == "layer": return LayerNorm(d_model, eps=eps, bias=bias, fused=fused)
     return RMSNorm(d_model, eps=eps, fused=fused)
+
+def __getattr__(name: str):
+    "`NORMS`, the old name of `NORMALIZATIONS`, still imports (`validation.warn_renamed`)."
+    if name != "NORMS": raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warn_renamed("transformerbook.blocks.NORMS", "transformerbook.blocks.NORMALIZATIONS")
+    return NORMALIZATIONS
 
 # %% ../nbs/04_blocks.ipynb #a9ba0623
 ACTIVATIONS = {
@@ -193,9 +201,9 @@ class TransformerBlock(nn.Module):
                  d_ff: int | None = None, # feed-forward width F (default 4·d_model)
                  dropout: float = 0.0, # dropout probability
                  bias: bool = True, # biases in linear layers and LayerNorms
-                 norm: str = "pre", # placement: "pre" (GPT-2) or "post" (Vaswani et al. 2017)
+                 norm_placement: str = "pre", # "pre" (GPT-2) or "post" (Vaswani et al. 2017)
                  activation: str = "gelu_tanh", # a key of ACTIVATIONS, or "swiglu" (a SwiGLUFeedForward)
-                 layer_norm_eps: float = 1e-5, # ε of both norms
+                 norm_eps: float = 1e-5, # ε of every norm (both, and QK-norm's)
                  fused: bool = False, # torch's fused kernels for attention and LayerNorm (same maths, faster)
                  normalization: str = "layer", # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama)
                  n_kv_heads: int | None = None, # key/value heads (grouped-query attention); None = n_heads
@@ -204,12 +212,12 @@ class TransformerBlock(nn.Module):
                  rotary: nn.Module | None = None, # rotary positions, which the attention applies (chapter 5)
                 ):
         super().__init__()
-        check_choice("norm", norm, ("pre", "post"))
-        self.norm, d_ff = norm, 4 * d_model if d_ff is None else d_ff  # only None means 4·d_model: d_ff=0 is an error
-        self.ln_1 = make_norm(normalization, d_model, eps=layer_norm_eps, bias=bias, fused=fused)
+        check_choice("norm_placement", norm_placement, ("pre", "post"))
+        self.norm_placement, d_ff = norm_placement, 4 * d_model if d_ff is None else d_ff  # None: 4·d_model; 0: error
+        self.ln_1 = make_norm(normalization, d_model, eps=norm_eps, bias=bias, fused=fused)
         self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, fused=fused, n_kv_heads=n_kv_heads,
-                                       d_head=d_head, qk_norm=qk_norm, qk_norm_eps=layer_norm_eps, rotary=rotary)
-        self.ln_2 = make_norm(normalization, d_model, eps=layer_norm_eps, bias=bias, fused=fused)
+                                       d_head=d_head, qk_norm=qk_norm, qk_norm_eps=norm_eps, rotary=rotary)
+        self.ln_2 = make_norm(normalization, d_model, eps=norm_eps, bias=bias, fused=fused)
         self.mlp = make_mlp(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
     def forward(self, x: Tensor, # (B, T, D) the residual stream
                 mask: Tensor | None = None, # bool, broadcastable to (B, H, T, S); True = may attend
@@ -217,8 +225,12 @@ class TransformerBlock(nn.Module):
                 context=None, # instead of `mask`: one model call's `AttentionContext` (chapter 3), checked there
                ) -> Tensor: # (B, T, D)
         attn = lambda h: self.attn(h, mask=mask, layer_cache=layer_cache, context=context)
-        if self.norm == "pre":
+        if self.norm_placement == "pre":
             x = x + attn(self.ln_1(x))  # J&M eqs. 10.38-10.40
             return x + self.mlp(self.ln_2(x))  # J&M eqs. 10.41-10.43
         x = self.ln_1(x + attn(x))  # J&M eqs. 10.26-10.28 (= 10.24)
         return self.ln_2(x + self.mlp(x))  # J&M eqs. 10.29-10.31 (= 10.25)
+
+# %% ../nbs/04_blocks.ipynb #dd1fe1bc
+OLD_NORM_NAMES = {"norm": "norm_placement", "layer_norm_eps": "norm_eps"}  # old name -> new name
+TransformerBlock.__init__ = renamed_keywords("TransformerBlock", OLD_NORM_NAMES)(TransformerBlock.__init__)

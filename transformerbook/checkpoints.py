@@ -81,7 +81,7 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
                     model: GPT,
                     optimizer: torch.optim.Optimizer | None,
                     step: int, # optimizer steps taken so far
-                    train_config: TrainConfig | None = None,
+                    train_cfg: TrainConfig | None = None,
                     tokenizer=None, # anything with `to_dict()` (CharTokenizer, TiktokenGPT2)
                     history=None, # the run's `TrainHistory` (anything with `to_dict()`)
                     generator: torch.Generator | None = None, # the batch sampler: a resumed run draws the same batches
@@ -97,7 +97,7 @@ def save_checkpoint(path: str | Path, # a file, or a run folder (then `ckpt.pt` 
     ckpt = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "code_version": transformerbook.__version__,
             "step": int(step), "model": model.state_dict(), "model_config": model.config.to_dict(),
             "optimizer": None if optimizer is None else optimizer.state_dict(),
-            "train_config": None if train_config is None else train_config.to_dict(),
+            "train_config": None if train_cfg is None else train_cfg.to_dict(),
             "tokenizer": None if tokenizer is None else tokenizer.to_dict(),
             "history": None if history is None else history.to_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
@@ -196,9 +196,9 @@ def resume_config(saved: dict, # the checkpoint's `train_config`
 
 def check_resumable(ckpt: dict, model: GPT, tokenizer, path: Path) -> None:
     "`CheckpointError` unless the checkpoint holds optimizer state for this model and tokenizer."
-    if ckpt["model_config"] != model.config.to_dict():
-        diff = {k: (v, model.config.to_dict().get(k)) for k, v in ckpt["model_config"].items()
-                if model.config.to_dict().get(k) != v}
+    saved, ours = GPTConfig.from_dict(ckpt["model_config"]).to_dict(), model.config.to_dict()  # old field names too
+    if saved != ours:
+        diff = {k: (v, ours.get(k)) for k, v in saved.items() if ours.get(k) != v}
         raise CheckpointError(f"cannot resume from {path}: its model config differs ({{field: (checkpoint, this run)}} "
                               f"= {diff})")
     if ckpt["optimizer"] is None or ckpt["train_config"] is None or ckpt["history"] is None:

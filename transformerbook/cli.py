@@ -60,7 +60,8 @@ def _add_model_options(t: argparse.ArgumentParser, model_cfg: GPTConfig) -> None
     for name, typ in _MODEL_OPTIONS.items():
         g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None,
                        help=f"{name} (default {getattr(model_cfg, name)})")
-    g.add_argument("--norm", choices=["pre", "post"], default=None, help="LayerNorm placement (default pre)")
+    g.add_argument("--norm", dest="norm_placement", choices=["pre", "post"], default=None,
+                   help="LayerNorm placement (default pre)")
 
 # %% ../nbs/08a_cli.ipynb #de3b958c
 def _add_optimisation_options(t: argparse.ArgumentParser, train_cfg: TrainConfig) -> None:
@@ -248,7 +249,7 @@ def _preset(args) -> str:
 
 def _train_configs(args) -> tuple:
     "(model_cfg or None, train_cfg, model options given) from the options, the preset and --resume's checkpoint."
-    model_given = _given(args, [*_MODEL_OPTIONS, "norm"])
+    model_given = _given(args, [*_MODEL_OPTIONS, "norm_placement"])
     train_given = _given(args, [*_TRAIN_OPTIONS, "dtype", "compile"])
     if args.resume: return (*_resume_configs(args.out, model_given, train_given), model_given)
     preset_train = preset_configs(_preset(args))[1]
@@ -342,10 +343,10 @@ def _card_data(data: str) -> list[str]:
               else f"`{data}` (first 90% train, last 10% validation)")
     return ["## Training data", "", f"- {corpus}.", ""]
 
-def _card_config(train_config: dict) -> list[str]:
-    "The Training configuration section of a card: a table of the checkpoint's `train_config`."
+def _card_config(train_cfg: dict) -> list[str]:
+    "The Training configuration section of a card: a table of the checkpoint's `train_config` dict."
     return ["## Training configuration", "", "| setting | value |", "|---|---|",
-            *[f"| {k} | {v} |" for k, v in train_config.items()]]
+            *[f"| {k} | {v} |" for k, v in train_cfg.items()]]
 
 # %% ../nbs/08a_cli.ipynb #46946c27
 def _card_metrics(history: dict, data: str) -> list[str]:

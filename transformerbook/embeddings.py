@@ -166,7 +166,7 @@ class RotaryEmbedding(nn.Module):
     in float32, not saved. `ValueError`: an odd d_head, or (in `forward`) a position outside [0, context_length)."""
     def __init__(self, d_head: int, # per-head width Dh (even)
                  context_length: int, # positions in the table
-                 theta: float = 10000.0, # θ, the base of the frequencies (Llama 3: 500,000; Qwen3: 1,000,000)
+                 theta: float = 10000.0, # θ in ω_i = θ^(-2i/Dh) (Llama 3: 500,000; Qwen3: 1,000,000)
                  scaling: dict | None = None, # Llama 3 frequency scaling (see `rotary_frequencies`)
                 ):
         super().__init__()

@@ -35,7 +35,7 @@ from torch import Tensor
 from .lm_head import GPT, GPTConfig, eval_mode, logit_lens
 from .model_cache import run_dir
 from .training import CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint
-from .training import load_dataset, load_model, save_checkpoint, train
+from .training import load_dataset, load_model, model_key, save_checkpoint, train
 from .validation import check_choice, check_in_interval, check_int_in_range, check_positive_int
 from .validation import check_positive_ints
 
@@ -232,20 +232,21 @@ def induction_configs(style: str = "gpt2", # a key of INDUCTION_STYLES
 # %% ../nbs/11_inside.ipynb #f26bbe92
 def train_in_stages(model: GPT, # trained in place
                     train_data: Tensor, val_data: Tensor, # (N,) int64 token ids
-                    cfg: TrainConfig,
+                    train_cfg: TrainConfig,
                     out_dir: str | Path, # the run's checkpoint `ckpt.pt` and one `step-XXXXXX.pt` per stage go here
                     every: int, # steps per stage
                     batch_fn=None, # as in `train`
                     tokenizer=None,
                     progress: bool = False,
-                   ) -> list: # [(step, snapshot path)] for step = 0, every, 2·every, ..., cfg.max_iters
+                   ) -> list: # [(step, snapshot path)] for step = 0, every, 2·every, ..., train_cfg.max_iters
     """`train` stopped every `every` steps to save a snapshot of the weights, for watching a run change over time.
-    Each stage resumes the previous one, so the weights are those of one uninterrupted run with `cfg` (its cosine
-    schedule ends at `cfg.max_iters`). A folder that already holds some stages continues after the last one. Raises
-    `ValueError` for `every` < 1, and what `train` raises."""
+    Each stage resumes the previous one, so the weights are those of one uninterrupted run with `train_cfg` (its
+    cosine schedule ends at `train_cfg.max_iters`). A folder that already holds some stages continues after the last
+    one. Raises `ValueError` for `every` < 1, and what `train` raises."""
     check_positive_int("every", every)
-    out_dir, cfg = Path(out_dir), replace(cfg, lr_decay_iters=cfg.decay_iters)  # fix the schedule to the whole run
-    stops = [0, *range(every, cfg.max_iters, every), cfg.max_iters]
+    out_dir = Path(out_dir)
+    train_cfg = replace(train_cfg, lr_decay_iters=train_cfg.decay_iters)  # fix the schedule to the whole run
+    stops = [0, *range(every, train_cfg.max_iters, every), train_cfg.max_iters]
     snap = lambda step: out_dir/f"step-{step:06d}.pt"
     done = load_checkpoint(out_dir/CHECKPOINT_NAME)["step"] if (out_dir/CHECKPOINT_NAME).is_file() else None
     for stop in stops:
@@ -254,7 +255,7 @@ def train_in_stages(model: GPT, # trained in place
                 raise CheckpointError(f"{out_dir} is at step {done} but lacks {snap(stop).name}")
             continue
         if stop > 0:
-            train(model, train_data, val_data, replace(cfg, max_iters=stop), out_dir=out_dir, tokenizer=tokenizer,
+            train(model, train_data, val_data, replace(train_cfg, max_iters=stop), out_dir=out_dir, tokenizer=tokenizer,
                   resume=done is not None, progress=progress, desc=f"steps to {stop}", batch_fn=batch_fn)
             done = stop
         save_checkpoint(snap(stop), model, None, stop, tokenizer=tokenizer)
@@ -269,7 +270,7 @@ def induction_run_dir(every: int = 100, # steps between snapshots
     model_cfg, train_cfg = induction_configs(style, **train_overrides)
     train = {k: v for k, v in train_cfg.to_dict().items()  # fields added since the run was first cached stay out
              if not (k in ("log_interval", "patience") and v == getattr(TrainConfig, k))}  # at their defaults
-    return run_dir("induction-stages", model=model_cfg.to_dict(), train=train, every=every,
+    return run_dir("induction-stages", model=model_key(model_cfg), train=train, every=every,
                    batch_fn=INDUCTION_BATCH)
 
 def induction_run(every: int = 100, # steps between snapshots

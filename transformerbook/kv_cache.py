@@ -123,7 +123,7 @@ class KVCache:
         return sum(t.untyped_storage().nbytes() for l in self.layers for t in (l._k, l._v) if t is not None)
 
 # %% ../nbs/kv_cache.ipynb #kvc0020
-def kv_cache_bytes(config, # a `GPTConfig` (uses n_layers, n_kv_heads and d_head)
+def kv_cache_bytes(model_cfg, # a `GPTConfig` (uses n_layers, n_kv_heads and d_head)
                    n_tokens: int, # T, cached positions per sequence
                    batch_size: int = 1, # B
                    dtype: torch.dtype = torch.float32, # element type of the cached keys and values
@@ -133,5 +133,5 @@ def kv_cache_bytes(config, # a `GPTConfig` (uses n_layers, n_kv_heads and d_head
     GQA."""
     check_nonnegative_int("n_tokens", n_tokens)
     check_nonnegative_int("batch_size", batch_size)
-    width = config.n_kv_heads * config.d_head  # keys (and values) per token per layer; d_model without GQA
-    return 2 * config.n_layers * batch_size * n_tokens * width * torch.empty((), dtype=dtype).element_size()
+    width = model_cfg.n_kv_heads * model_cfg.d_head  # keys (and values) per token per layer; d_model without GQA
+    return 2 * model_cfg.n_layers * batch_size * n_tokens * width * torch.empty((), dtype=dtype).element_size()

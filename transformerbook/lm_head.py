@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import Tensor, nn
 
-from .blocks import MLP_ACTIVATIONS, NORMS, TransformerBlock, make_norm
+from .blocks import OLD_NORM_NAMES, MLP_ACTIVATIONS, NORMALIZATIONS, TransformerBlock, make_norm
 from .embeddings import POSITIONALS, Embeddings, RotaryEmbedding
 from .masking import causal_mask, combine_masks
 from .multihead import AttentionContext
 from .validation import check_choice, check_in_interval, check_instance, check_positive_int
-from .validation import check_positive_ints, check_positive_number
+from .validation import check_positive_ints, check_positive_number, renamed_attribute, renamed_keywords
 
 # %% auto #0
 __all__ = ['GPTConfig', 'gpt2_init', 'GPT', 'eval_mode', 'approx_non_embedding_params', 'logit_lens']
@@ -57,13 +57,13 @@ class GPTConfig:
     d_ff: int | None = None  # F, feed-forward width; None means 4 * d_model (GPT-2)
     dropout: float = 0.0  # GPT-2 pre-training used 0.1; 0 for inference and small CPU runs
     bias: bool = True  # biases in Linear layers and LayerNorms, as in GPT-2 (Llama, Qwen3: False)
-    norm: str = "pre"  # placement: "pre" (GPT-2, with a final norm) or "post" (original transformer)
+    norm_placement: str = "pre"  # "pre" (GPT-2, with a final norm) or "post" (original transformer)
     tie_weights: bool = True  # lm_head shares the token-embedding matrix E (J&M 10.6)
     activation: str = "gelu_tanh"  # feed-forward: GPT-2's tanh GELU, another of ACTIVATIONS, or "swiglu" (Llama)
     positional: str = "learned"  # one of POSITIONALS: "learned" (GPT-2), "sinusoidal" or "rotary" (Llama, Qwen3)
-    layer_norm_eps: float = 1e-5  # ε in every norm (GPT-2: 1e-5; Qwen3: 1e-6)
+    norm_eps: float = 1e-5  # ε in every norm, LayerNorm or RMSNorm (GPT-2: 1e-5; Qwen3: 1e-6)
     fused: bool = False  # torch's fused attention and LayerNorm kernels (training); False = the book's own code
-    normalization: str = "layer"  # "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama, Qwen3)
+    normalization: str = "layer"  # the kind of norm: "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama, Qwen3)
     n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None means n_heads
     d_head: int | None = None  # per-head width; None means d_model // n_heads (Qwen3 sets it explicitly)
     qk_norm: bool = False  # RMSNorm on each head's queries and keys (Qwen3, OLMo 2)
@@ -101,22 +101,26 @@ def _check_config(c: GPTConfig) -> None:
     for name in ("bias", "tie_weights", "fused", "qk_norm", "causal"):
         if not isinstance(getattr(c, name), bool):
             raise ValueError(f"{name}={getattr(c, name)!r} must be True or False")
-    check_choice("norm", c.norm, ("pre", "post"))
-    check_choice("normalization", c.normalization, NORMS)
+    check_choice("norm_placement", c.norm_placement, ("pre", "post"))
+    check_choice("normalization", c.normalization, NORMALIZATIONS)
     check_choice("positional", c.positional, POSITIONALS)
     if c.positional == "sinusoidal" and c.d_model % 2:
         raise ValueError(f"positional='sinusoidal' needs an even d_model, got d_model={c.d_model}")
     if c.positional == "rotary" and c.d_head % 2:
         raise ValueError(f"positional='rotary' needs an even d_head, got d_head={c.d_head}")
     check_choice("activation", c.activation, MLP_ACTIVATIONS)
-    check_positive_number("layer_norm_eps", c.layer_norm_eps)
+    check_positive_number("norm_eps", c.norm_eps)
 
 def _check_known_fields(d: dict) -> dict:
-    "`d` itself if every key is a `GPTConfig` field; else `ValueError` naming the unknown keys."
+    "`d` itself if every key is a `GPTConfig` field (or an old name of one); else `ValueError` naming the unknown keys."
     known = {f.name for f in fields(GPTConfig)}
-    unknown = sorted(set(d) - known)
+    unknown = sorted(set(d) - known - set(OLD_NORM_NAMES))
     if unknown: raise ValueError(f"unknown GPTConfig fields {unknown}; known fields: {sorted(known)}")
     return d
+
+# %% ../nbs/06_lm_head.ipynb #bc347f80
+for _old, _new in OLD_NORM_NAMES.items(): setattr(GPTConfig, _old, renamed_attribute("GPTConfig", _old, _new))
+GPTConfig.__init__ = renamed_keywords("GPTConfig", OLD_NORM_NAMES)(GPTConfig.__init__)  # `from_dict` reads old dicts
 
 # %% ../nbs/06_lm_head.ipynb #1603caea
 def gpt2_init(module: nn.Module, # a GPT, or a part of one (e.g. an MoE layer) being added to a GPT
@@ -144,15 +148,15 @@ def _make_blocks(c: GPTConfig, rotary: RotaryEmbedding | None) -> nn.ModuleList:
     "`c.n_layers` transformer blocks (chapter 4) with the configuration's sizes and switches."
     return nn.ModuleList([
         TransformerBlock(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout, bias=c.bias,
-                         norm=c.norm, activation=c.activation, layer_norm_eps=c.layer_norm_eps, fused=c.fused,
+                         norm_placement=c.norm_placement, activation=c.activation, norm_eps=c.norm_eps, fused=c.fused,
                          normalization=c.normalization, n_kv_heads=c.n_kv_heads, d_head=c.d_head, qk_norm=c.qk_norm,
                          rotary=rotary)
         for _ in range(c.n_layers)])
 
 def _make_final_norm(c: GPTConfig) -> nn.Module:
     "`ln_f`: pre-norm never normalises its own output, so GPT-2 adds a final norm (J&M eq. 10.43); post-norm does not."
-    return make_norm(c.normalization, c.d_model, eps=c.layer_norm_eps, bias=c.bias, fused=c.fused) \
-        if c.norm == "pre" else nn.Identity()
+    return make_norm(c.normalization, c.d_model, eps=c.norm_eps, bias=c.bias, fused=c.fused) \
+        if c.norm_placement == "pre" else nn.Identity()
 
 # %% ../nbs/06_lm_head.ipynb #9ad6f231
 def _attention_context(c: GPTConfig, # the model's configuration; `causal=False` masks only the padding (chapter 11b)
@@ -172,10 +176,10 @@ def _attention_context(c: GPTConfig, # the model's configuration; `causal=False`
 class GPT(nn.Module):
     """A decoder-only transformer LM (J&M Fig. 10.14): token_ids (B, T) int64 -> logits (B, T, vocab_size) float.
     One class for GPT-2 and, through `GPTConfig`'s switches, Llama- and Qwen3-style models (chapter 12)."""
-    def __init__(self, config: GPTConfig):
+    def __init__(self, model_cfg: GPTConfig):
         super().__init__()
-        check_instance("config", config, GPTConfig)
-        self.config = c = config
+        check_instance("model_cfg", model_cfg, GPTConfig)
+        self.config = c = model_cfg
         self.embeddings = Embeddings(c.vocab_size, c.context_length, c.d_model, c.dropout, c.positional)
         self.rotary = _make_rotary(c)  # None unless positional="rotary"
         self.blocks = _make_blocks(c, self.rotary)  # every attention layer holds the one rotary table
@@ -210,7 +214,7 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters()) - sum(t.weight.numel() for t in tables if non_embedding)
 
 # %% ../nbs/06_lm_head.ipynb #75c01d81
-def _check_inputs(config: GPTConfig, token_ids, padding_mask, position_ids, kv_cache) -> tuple[int, int, int]:
+def _check_inputs(model_cfg: GPTConfig, token_ids, padding_mask, position_ids, kv_cache) -> tuple[int, int, int]:
     """Check one model call's arguments (see `GPT.residual_stream`); return B, T and the number of cached positions.
     `TypeError` for token_ids that are not a tensor; `ValueError` for token_ids not (B, T), a cache with the wrong
     number of layers, with causal=False, or of another batch size, more than context_length positions (cached + new)
@@ -221,18 +225,18 @@ def _check_inputs(config: GPTConfig, token_ids, padding_mask, position_ids, kv_c
                         f"convert it with torch.tensor(token_ids)")
     if token_ids.dim() != 2: raise ValueError(f"token_ids must be a (B, T) tensor, got shape {tuple(token_ids.shape)}")
     B, T = token_ids.shape
-    if kv_cache is not None and len(kv_cache.layers) != config.n_layers:
-        raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers but the model has n_layers={config.n_layers}")
-    if kv_cache is not None and not config.causal:
+    if kv_cache is not None and len(kv_cache.layers) != model_cfg.n_layers:
+        raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers but the model has n_layers={model_cfg.n_layers}")
+    if kv_cache is not None and not model_cfg.causal:
         raise ValueError("a KV cache needs causal=True: with causal=False (a bidirectional encoder) every new "
                          "token changes the earlier positions' outputs, so there is nothing to reuse or generate")
     past = 0 if kv_cache is None else len(kv_cache)
     if past and kv_cache.layers[0].k.shape[0] != B:
         raise ValueError(f"kv_cache holds a batch of B={kv_cache.layers[0].k.shape[0]} sequences but token_ids has "
                          f"B={B}: start a new KVCache for a new batch")
-    if past + T > config.context_length and position_ids is None:
+    if past + T > model_cfg.context_length and position_ids is None:
         raise ValueError(f"sequence length {past + T} (cached {past} + new {T}) exceeds context_length="
-                         f"{config.context_length}: crop to the last {config.context_length} tokens")
+                         f"{model_cfg.context_length}: crop to the last {model_cfg.context_length} tokens")
     if padding_mask is not None and isinstance(padding_mask, Tensor) and tuple(padding_mask.shape) != (B, past + T):
         raise ValueError(f"padding_mask must have shape (B, cached + T) = ({B}, {past + T}), "
                          f"got {tuple(padding_mask.shape)}")  # its dtype is checked where it is combined

@@ -42,7 +42,7 @@ from .model_cache import run_dir
 from .sampling import generate
 from .chat import SPECIAL_TOKENS, ChatTokenizer, check_messages, render_chat
 from .checkpoints import load_model, save_checkpoint
-from .training import cross_entropy_loss, shakespeare_model
+from .training import cross_entropy_loss, model_key, shakespeare_model
 from .validation import check_choice, check_instance, check_positive_int, check_positive_number
 
 # Re-exported: the chat format lives on its own page; readers import it from here too.
@@ -231,7 +231,7 @@ def chat_sft_model(seed: int = 0, # initialises nothing new but draws the batche
     and cached (`model_cache.run_dir("chat-sft", ...)`), written atomically by `training.save_checkpoint`."""
     base, tok = shakespeare_model("char", progress=progress)
     chat_tok = ChatTokenizer(tok)
-    key = {"base": base.config.to_dict(), "seed": seed, "steps": steps, "lr": lr, "batch_size": batch_size,
+    key = {"base": model_key(base.config), "seed": seed, "steps": steps, "lr": lr, "batch_size": batch_size,
            "supervise": supervise, "tasks": ["who", "line"]}
     path = run_dir("chat-sft", **key)/"ckpt.pt"
     if path.is_file(): return load_model(path)[0], chat_tok

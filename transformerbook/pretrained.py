@@ -62,9 +62,9 @@ def config_from_gpt2(hf_config, # a `transformers.GPT2Config` or its `to_dict()`
     try:
         return GPTConfig(vocab_size=d["vocab_size"], context_length=d["n_positions"], d_model=d["n_embd"],
                          n_heads=d["n_head"], n_layers=d["n_layer"], d_ff=d.get("n_inner") or None, dropout=0.0,
-                         bias=True, norm="pre", tie_weights=bool(d.get("tie_word_embeddings", True)),
+                         bias=True, norm_placement="pre", tie_weights=bool(d.get("tie_word_embeddings", True)),
                          activation=_HF_ACTIVATIONS[act], positional="learned",
-                         layer_norm_eps=float(d.get("layer_norm_epsilon", 1e-5)))
+                         norm_eps=float(d.get("layer_norm_epsilon", 1e-5)))
     except ValueError as e:
         raise ValueError(f"the Hugging Face config does not map onto GPTConfig (n_positions -> context_length, "
                          f"n_embd -> d_model, n_head -> n_heads, n_layer -> n_layers, n_inner -> d_ff): {e}") from None
@@ -150,11 +150,12 @@ def load_gpt2_state_dict(model: GPT, # a GPT-2-shaped GPT (pre-norm, learned pos
 # %% ../nbs/pretrained.ipynb #a9bfafa6
 def _check_gpt2_shaped(c: GPTConfig) -> None:
     "`ValueError` unless the configuration has GPT-2's shape (the only one its checkpoints map onto)."
-    if (c.norm != "pre" or c.positional != "learned" or not c.bias or c.normalization != "layer"
+    if (c.norm_placement != "pre" or c.positional != "learned" or not c.bias or c.normalization != "layer"
             or c.activation == "swiglu"):
-        raise ValueError(f"GPT-2 weights need norm='pre', positional='learned', bias=True, normalization='layer' and "
-                         f"a GELU feed-forward; got norm={c.norm!r}, positional={c.positional!r}, bias={c.bias}, "
-                         f"normalization={c.normalization!r}, activation={c.activation!r}")
+        raise ValueError(f"GPT-2 weights need norm_placement='pre', positional='learned', bias=True, "
+                         f"normalization='layer' and a GELU feed-forward; got norm_placement={c.norm_placement!r}, "
+                         f"positional={c.positional!r}, bias={c.bias}, normalization={c.normalization!r}, "
+                         f"activation={c.activation!r}")
 
 # %% ../nbs/pretrained.ipynb #f28ad665
 LLAMA_FAMILY = ("llama", "qwen3")  # Hugging Face model_type values that map onto GPTConfig's switches
@@ -181,8 +182,9 @@ def config_from_llama(hf_config, # a `transformers.LlamaConfig`/`Qwen3Config` or
                      d_model=d["hidden_size"], n_heads=d["num_attention_heads"], n_layers=d["num_hidden_layers"],
                      d_ff=d["intermediate_size"], n_kv_heads=d.get("num_key_value_heads") or d["num_attention_heads"],
                      d_head=d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"], dropout=0.0,
-                     bias=bool(d.get("attention_bias", False)), norm="pre", normalization="rms", positional="rotary",
-                     activation="swiglu", qk_norm=kind == "qwen3", layer_norm_eps=float(d["rms_norm_eps"]),
+                     bias=bool(d.get("attention_bias", False)), norm_placement="pre", normalization="rms",
+                     positional="rotary", activation="swiglu", qk_norm=kind == "qwen3",
+                     norm_eps=float(d["rms_norm_eps"]),
                      tie_weights=bool(d.get("tie_word_embeddings", False)), rope_theta=float(rope_theta),
                      rope_scaling=None if scaling is None else {k: v for k, v in scaling.items() if k != "rope_theta"})
 
@@ -285,10 +287,10 @@ def from_pretrained(
         raise ValueError(f"context_length={context_length} is for rotary models (Llama, Qwen3); GPT-2's learned "
                          f"position table has its n_positions={hf_config['n_positions']} rows")
     config_from, load_state_dict = _HF_MAPS[kind]
-    config = config_from(hf_config, **({} if context_length is None else {"context_length": context_length}))
+    model_cfg = config_from(hf_config, **({} if context_length is None else {"context_length": context_length}))
     state_dict = read_state_dict(folder)
     dtype = next(t.dtype for t in state_dict.values() if t.is_floating_point())
-    return load_state_dict(GPT(config).to(dtype), state_dict).eval()
+    return load_state_dict(GPT(model_cfg).to(dtype), state_dict).eval()
 
 # %% ../nbs/pretrained.ipynb #3c5e9a06
 def config_from_hf(hf_config) -> GPTConfig:

@@ -74,36 +74,37 @@ class TrainConfig:
         return cls(**d)
 
 # %% ../nbs/recipes.ipynb #fd7bccdc
-def _check_train_config(cfg: TrainConfig) -> None:
+def _check_train_config(train_cfg: TrainConfig) -> None:
     "`TrainConfig`'s checks: `TypeError` naming the field and value, `ValueError` for one out of range."
     ints = ("max_iters", "batch_size", "warmup_iters", "eval_interval", "eval_iters", "seed", "grad_accum_steps",
             "log_interval")
     floats = ("learning_rate", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip")
     for name in (*ints, "lr_decay_iters", "patience"):
-        value, may_be_none = getattr(cfg, name), name in ("lr_decay_iters", "patience")
+        value, may_be_none = getattr(train_cfg, name), name in ("lr_decay_iters", "patience")
         if not is_int(value) and not (may_be_none and value is None):
             raise TypeError(f"{name}={value!r} must be an int{' or None' if may_be_none else ''}, "
                             f"not {type(value).__name__}")
     for name in floats:
-        value = getattr(cfg, name)
+        value = getattr(train_cfg, name)
         if not is_number(value):
             raise TypeError(f"{name}={value!r} must be a number, not {type(value).__name__}")
         if not math.isfinite(value): raise ValueError(f"{name}={value!r} must be finite")
     for name, low in (("max_iters", 1), ("batch_size", 1), ("warmup_iters", 0), ("eval_interval", 1),
                       ("eval_iters", 1), ("grad_accum_steps", 1), ("log_interval", 1)):
-        check_int_in_range(name, getattr(cfg, name), low)
-    if cfg.patience is not None: check_int_in_range("patience", cfg.patience, 1)
-    if not cfg.learning_rate > 0: raise ValueError(f"learning_rate={cfg.learning_rate} must be > 0")
-    if not 0 <= cfg.min_lr <= cfg.learning_rate:
-        raise ValueError(f"min_lr={cfg.min_lr} must be in [0, learning_rate={cfg.learning_rate}]")
-    if cfg.lr_decay_iters is not None and cfg.lr_decay_iters < cfg.warmup_iters:
-        raise ValueError(f"lr_decay_iters={cfg.lr_decay_iters} must be >= warmup_iters={cfg.warmup_iters}")
-    if cfg.weight_decay < 0: raise ValueError(f"weight_decay={cfg.weight_decay} must be >= 0")
-    if cfg.grad_clip < 0: raise ValueError(f"grad_clip={cfg.grad_clip} must be >= 0 (0 disables clipping)")
+        check_int_in_range(name, getattr(train_cfg, name), low)
+    if train_cfg.patience is not None: check_int_in_range("patience", train_cfg.patience, 1)
+    if not train_cfg.learning_rate > 0: raise ValueError(f"learning_rate={train_cfg.learning_rate} must be > 0")
+    if not 0 <= train_cfg.min_lr <= train_cfg.learning_rate:
+        raise ValueError(f"min_lr={train_cfg.min_lr} must be in [0, learning_rate={train_cfg.learning_rate}]")
+    if train_cfg.lr_decay_iters is not None and train_cfg.lr_decay_iters < train_cfg.warmup_iters:
+        raise ValueError(f"lr_decay_iters={train_cfg.lr_decay_iters} must be >= warmup_iters={train_cfg.warmup_iters}")
+    if train_cfg.weight_decay < 0: raise ValueError(f"weight_decay={train_cfg.weight_decay} must be >= 0")
+    if train_cfg.grad_clip < 0: raise ValueError(f"grad_clip={train_cfg.grad_clip} must be >= 0 (0 disables clipping)")
     for name in ("beta1", "beta2"):
-        if not 0 <= getattr(cfg, name) < 1: raise ValueError(f"{name}={getattr(cfg, name)} must be in [0, 1)")
-    check_choice("dtype", cfg.dtype, DTYPES)
-    if not isinstance(cfg.compile, bool): raise TypeError(f"compile={cfg.compile!r} must be a bool")
+        value = getattr(train_cfg, name)
+        if not 0 <= value < 1: raise ValueError(f"{name}={value} must be in [0, 1)")
+    check_choice("dtype", train_cfg.dtype, DTYPES)
+    if not isinstance(train_cfg.compile, bool): raise TypeError(f"compile={train_cfg.compile!r} must be a bool")
 
 # %% ../nbs/recipes.ipynb #2d55622d
 def fit_warmup(settings: dict, # `TrainConfig` fields (all, or the ones a command line gave plus its preset's)

@@ -514,10 +514,10 @@ def beam_search(model: nn.Module, # a `GPT` (anything with `.config.context_leng
 # %% ../nbs/07_sampling.ipynb #23ca72bd
 _EARLY_STOPPING = (False, True, "never")
 
-def _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, vocab_size, config=None) -> None:
+def _check_beam_args(max_new_tokens, num_beams, early_stopping, eos_token_id, vocab_size, model_cfg=None) -> None:
     check_positive_ints(max_new_tokens=max_new_tokens, num_beams=num_beams)
     if not any(early_stopping is e for e in _EARLY_STOPPING) and early_stopping != "never":
         raise ValueError(f"early_stopping={early_stopping!r} must be False, True or 'never'")
     if eos_token_id is not None: check_int_in_range("eos_token_id", eos_token_id, 0, vocab_size, "vocab_size")
-    if not getattr(config, "causal", True):
+    if not getattr(model_cfg, "causal", True):
         raise ValueError("beam_search needs a causal model; this one has causal=False")

@@ -1,13 +1,13 @@
 """How loss falls with parameters, data and compute: counting N and FLOPs exactly, Kaplan's and Chinchilla's power laws, compute-optimal allocation, and fitting the laws from scratch (J&M 10.9.3; notes 19.5).
 
-**In the package** (`transformerbook.scaling`): `count_params(config, non_embedding=False)` is the exact parameter
-count of `GPT(config)` from its configuration (an int; `non_embedding=True` gives Kaplan et al.'s N). It is one of
+**In the package** (`transformerbook.scaling`): `count_params(model_cfg, non_embedding=False)` is the exact parameter
+count of `GPT(model_cfg)` from its configuration (an int; `non_embedding=True` gives Kaplan et al.'s N). It is one of
 one family, each with one owner: a built model counts itself (`GPT.n_params`, chapter 6), a configuration is counted
 here (tested equal to the model over random configurations), Kaplan's 12·n_layers·d_model² is the approximation
 `lm_head.approx_non_embedding_params`, and `moe.count_moe_params` adds experts to `count_params`.
 `flops_per_token(n_params, n_layers, context_length, d_model, training=False)` is Kaplan's estimate of FLOPs per
 token (2N + 2·n_layers·context_length·d_model forward, 3× that for training); the exact count of the matrix-multiply
-FLOPs our `GPT` performs per token, for every switch, is chapter 8b's `scale.model_flops_per_token(config)` (the one
+FLOPs our `GPT` performs per token, for every switch, is chapter 8b's `scale.model_flops_per_token(model_cfg)` (the one
 owner of that count; `exact_flops_per_token`, its old name here, is deprecated).
 `training_flops(n_params, n_tokens)` is C ≈ 6ND in FLOPs (notes eq. 19.15). `power_law(x, x_c, alpha)` evaluates
 L = (x_c / x)^alpha (J&M eqs. 10.52-10.54; Kaplan's constants in `KAPLAN_2020`, compute in PF-days of
@@ -45,25 +45,25 @@ __all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CH
            'scaling_run']
 
 # %% ../nbs/09_scaling.ipynb #e51760e4
-def count_params(config: GPTConfig, # any GPTConfig; the model is never built
+def count_params(model_cfg: GPTConfig, # any GPTConfig; the model is never built
                  non_embedding: bool = False, # drop the token and learned position tables (Kaplan et al. 2020's N)
-                ) -> int: # number of distinct trainable parameters of GPT(config); a tied matrix counts once
-    """Exact parameter count of `GPT(config)` from the configuration alone (J&M eq. 10.55 without its approximations;
-    `non_embedding=True` is Kaplan et al. 2020's N); equals `GPT(config).n_params(non_embedding)` for every switch of
-    chapter 12 too (grouped-query heads, QK-norm, RMSNorm, SwiGLU, rotary positions). Raises `TypeError` if `config`
+                ) -> int: # number of distinct trainable parameters of GPT(model_cfg); a tied matrix counts once
+    """Exact parameter count of `GPT(model_cfg)` from the configuration alone (J&M eq. 10.55 without its approximations;
+    `non_embedding=True` is Kaplan et al. 2020's N); equals `GPT(model_cfg).n_params(non_embedding)` for every switch of
+    chapter 12 too (grouped-query heads, QK-norm, RMSNorm, SwiGLU, rotary positions). Raises `TypeError` if `model_cfg`
     is not a `GPTConfig`."""
-    check_instance("config", config, GPTConfig)
-    D, F, V, b = config.d_model, config.d_ff, config.vocab_size, int(config.bias)
-    H, Dh = config.n_heads, config.d_head or config.d_model // config.n_heads
-    KV = config.n_kv_heads or H  # key/value heads (grouped-query attention)
-    norm = D + (b * D if config.normalization == "layer" else 0)  # γ, and LayerNorm's β with bias (RMSNorm: γ only)
+    check_instance("model_cfg", model_cfg, GPTConfig)
+    D, F, V, b = model_cfg.d_model, model_cfg.d_ff, model_cfg.vocab_size, int(model_cfg.bias)
+    H, Dh = model_cfg.n_heads, model_cfg.d_head or model_cfg.d_model // model_cfg.n_heads
+    KV = model_cfg.n_kv_heads or H  # key/value heads (grouped-query attention)
+    norm = D + (b * D if model_cfg.normalization == "layer" else 0)  # γ, and LayerNorm's β with bias (RMSNorm: γ only)
     attention = D * H * Dh + 2 * D * KV * Dh + H * Dh * D + b * (H * Dh + 2 * KV * Dh + D)  # q, k, v, out_proj
-    attention += 2 * Dh if config.qk_norm else 0  # γ of the per-head RMSNorms on queries and keys
-    n_in = 2 if config.activation == "swiglu" else 1  # SwiGLU has two input projections (gate and up)
+    attention += 2 * Dh if model_cfg.qk_norm else 0  # γ of the per-head RMSNorms on queries and keys
+    n_in = 2 if model_cfg.activation == "swiglu" else 1  # SwiGLU has two input projections (gate and up)
     mlp = (n_in + 1) * D * F + b * (n_in * F + D)  # D -> F (once or twice) and F -> D, plus biases
-    blocks = config.n_layers * (attention + mlp + 2 * norm)  # ln_1, ln_2 in every block
-    head = (norm if config.norm == "pre" else 0) + (0 if config.tie_weights else V * D)  # ln_f; untied lm_head
-    embeddings = V * D + (config.context_length * D if config.positional == "learned" else 0)  # E and P
+    blocks = model_cfg.n_layers * (attention + mlp + 2 * norm)  # ln_1, ln_2 in every block
+    head = (norm if model_cfg.norm_placement == "pre" else 0) + (0 if model_cfg.tie_weights else V * D)  # ln_f; lm_head
+    embeddings = V * D + (model_cfg.context_length * D if model_cfg.positional == "learned" else 0)  # E and P
     return blocks + head + (0 if non_embedding else embeddings)
 
 # %% ../nbs/09_scaling.ipynb #7592a985
@@ -81,12 +81,12 @@ def flops_per_token(n_params: int | float, # N, non-embedding parameters
     return float(3 * forward if training else forward)
 
 # %% ../nbs/09_scaling.ipynb #a175bdd8
-def exact_flops_per_token(config: GPTConfig, seq_len: int | None = None, training: bool = False) -> int:
+def exact_flops_per_token(model_cfg: GPTConfig, seq_len: int | None = None, training: bool = False) -> int:
     "Deprecated: chapter 8b's `scale.model_flops_per_token` (note its default, training=True), exact for every switch."
     warnings.warn("transformerbook.scaling.exact_flops_per_token is deprecated: call "
-                  "transformerbook.scale.model_flops_per_token(config, seq_len, training=False)", DeprecationWarning,
+                  "transformerbook.scale.model_flops_per_token(model_cfg, seq_len, training=False)", DeprecationWarning,
                   stacklevel=2)
-    return model_flops_per_token(config, seq_len, training)
+    return model_flops_per_token(model_cfg, seq_len, training)
 
 # %% ../nbs/09_scaling.ipynb #98a64f48
 def training_flops(n_params: int | float, # N, parameters (non-embedding, as in the scaling laws)

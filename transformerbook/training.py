@@ -9,7 +9,8 @@ raises `TrainingDivergedError`. `cross_entropy_loss` is the loss written from sc
 `shakespeare_model()` is a cached model trained with the baby GPT recipe (`cached_shakespeare_model()` loads it only
 if it is already cached, never training it) and `cached_run(prefix, model_cfg, train_cfg, tokenizer, key_extra)`
 trains any GPT on TinyShakespeare once and caches it in `cached_run_dir(prefix, model_cfg, train_cfg, key_extra)`, a
-folder named by `model_cache.run_dir`. The chapter's other rooms have their own modules, whose names this one
+folder named by `model_cache.run_dir` (`model_key(model_cfg)` is the model's part of the key, in the field names the
+cached runs were keyed by). The chapter's other rooms have their own modules, whose names this one
 re-exports: `transformerbook.corpus` (`load_dataset`, `get_batch`, `pack_documents`, `prepare_data`,
 `load_prepared`), `transformerbook.recipes` (`TrainConfig`, `new_run_config`, `fit_warmup`, `baby_gpt_configs`,
 `preset_configs`, `reference_band`, `outside_reference`, `bits_per_byte`) and `transformerbook.checkpoints`
@@ -42,6 +43,7 @@ from tqdm.auto import tqdm
 from .checkpoints import (CHECKPOINT_NAME, check_resumable, best_file, load_checkpoint, load_model,
                                          resume_config, save_checkpoint)
 from .corpus import is_integer_tensor, check_splits, get_batch, load_dataset
+from .blocks import OLD_NORM_NAMES
 from .lm_head import GPT, GPTConfig, eval_mode
 from .model_cache import run_dir
 from .recipes import DTYPES, TrainConfig, new_run_config, preset_configs
@@ -57,7 +59,7 @@ from .recipes import outside_reference, reference_band  # noqa: F401
 # %% auto #0
 __all__ = ['cross_entropy_loss', 'lr_at', 'configure_optimizer', 'estimate_loss', 'TrainHistory', 'TrainingDivergedError',
            'batch_slice', 'check_batch_split', 'train_step', 'train', 'resolve_device', 'setup_distributed',
-           'cached_run_dir', 'cached_run', 'shakespeare_model', 'cached_shakespeare_model']
+           'cached_run_dir', 'model_key', 'cached_run', 'shakespeare_model', 'cached_shakespeare_model']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
 def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores over the vocabulary
@@ -356,9 +358,9 @@ def _evaluate(model: nn.Module, # the GPT, or its compiled module (evaluation ru
     the weights are also written to `best.pt` when the validation loss is the lowest so far."""
     rank_rng = _gather_rng(run.world)  # a collective: every rank takes part
     if run.rank > 0: return None
-    cfg = run.train_cfg
-    with _autocast(next(model.parameters()).device, cfg.dtype):
-        losses = estimate_loss(model, splits, cfg.batch_size, cfg.eval_iters, cfg.seed + 1)
+    train_cfg = run.train_cfg
+    with _autocast(next(model.parameters()).device, train_cfg.dtype):
+        losses = estimate_loss(model, splits, train_cfg.batch_size, train_cfg.eval_iters, train_cfg.seed + 1)
     best = not run.history.val_loss or losses["val"] < min(run.history.val_loss)
     run.history.steps.append(step)
     run.history.train_loss.append(losses["train"])
@@ -366,9 +368,9 @@ def _evaluate(model: nn.Module, # the GPT, or its compiled module (evaluation ru
     if bar is not None: bar.set_postfix(train=f"{losses['train']:.3f}", val=f"{losses['val']:.3f}")
     if on_eval is not None: on_eval(step, losses)
     if run.ckpt_path is not None:
-        save_checkpoint(run.ckpt_path, model, run.optimizer, step, cfg, run.tokenizer, run.history, run.gen, run.scaler,
-                        rank_rng)
-        if best: save_checkpoint(best_file(run.ckpt_path), model, None, step, cfg, run.tokenizer, run.history)
+        save_checkpoint(run.ckpt_path, model, run.optimizer, step, train_cfg, run.tokenizer, run.history, run.gen,
+                        run.scaler, rank_rng)
+        if best: save_checkpoint(best_file(run.ckpt_path), model, None, step, train_cfg, run.tokenizer, run.history)
     return losses
 
 def _out_of_patience(run: _Run) -> bool:
@@ -387,8 +389,7 @@ def train(model: GPT, # trained in place (on its own device)
           out_dir: str | Path | None = None, # if given: `ckpt.pt` (latest) at every evaluation, `best.pt` when best
           tokenizer=None, # stored in the checkpoints, so `load_model` can decode
           resume: bool = False, # continue from `out_dir`'s checkpoint, exactly as if never interrupted
-          progress: bool = True, # show a tqdm progress bar
-          desc: str = "training",
+          progress: bool = True, desc: str = "training", # show a tqdm progress bar, with this label
           batch_fn=None, # `batch_fn(data, batch_size, T, generator) -> (token_ids, targets)`; default `get_batch`
           on_eval=None, # called as `on_eval(step, losses)` after every evaluation (on rank 0)
          ) -> TrainHistory:
@@ -401,23 +402,24 @@ def train(model: GPT, # trained in place (on its own device)
     T = model.config.context_length
     check_splits(train_data, val_data, T)
     run = _setup_run(model, train_cfg, out_dir, tokenizer, resume)  # fresh, or restored from the checkpoint
-    cfg, (step_model, eval_model) = run.train_cfg, _wrap_model(model, run.train_cfg, run.world)
-    with tqdm(total=cfg.max_iters, initial=min(run.start, cfg.max_iters), disable=not progress or run.rank > 0,
-              desc=desc, unit="step", dynamic_ncols=True) as bar:
-        for step in range(run.start, cfg.max_iters + 1):
-            if (step % cfg.eval_interval == 0 or step == cfg.max_iters) and not (resume and step == run.start):
+    train_cfg, (step_model, eval_model) = run.train_cfg, _wrap_model(model, run.train_cfg, run.world)
+    with tqdm(total=train_cfg.max_iters, initial=min(run.start, train_cfg.max_iters), desc=desc, unit="step",
+              disable=not progress or run.rank > 0, dynamic_ncols=True) as bar:
+        for step in range(run.start, train_cfg.max_iters + 1):
+            if (not step % train_cfg.eval_interval or step == train_cfg.max_iters) and (not resume or step > run.start):
                 _read_losses(run, bar)  # never checkpoint a run that has diverged
                 _evaluate(eval_model, {"train": train_data, "val": val_data}, run, step, bar, on_eval)
                 if _out_of_patience(run): break
-            if step >= cfg.max_iters: break
-            lr = lr_at(step, cfg)
-            token_ids, targets = (batch_fn or get_batch)(train_data, cfg.batch_size, T, run.gen)  # (B, T): all ranks'
-            mine = batch_slice(cfg.batch_size, run.rank, run.world)  # this rank's rows
-            loss = train_step(step_model, run.optimizer, token_ids[mine], targets[mine], cfg, lr, run.scaler, run.world)
+            if step >= train_cfg.max_iters: break
+            lr = lr_at(step, train_cfg)
+            token_ids, targets = (batch_fn or get_batch)(train_data, train_cfg.batch_size, T, run.gen)  # (B, T)
+            mine = batch_slice(train_cfg.batch_size, run.rank, run.world)  # this rank's rows
+            loss = train_step(step_model, run.optimizer, token_ids[mine], targets[mine], train_cfg, lr, run.scaler,
+                              run.world)
             run.pending.append(loss)  # stays on the device until the next read
             run.history.lr.append(lr)
             bar.update(1)
-            if (step + 1) % cfg.log_interval == 0: _read_losses(run, bar)
+            if (step + 1) % train_cfg.log_interval == 0: _read_losses(run, bar)
     return run.history
 
 
@@ -479,7 +481,13 @@ def cached_run_dir(prefix: str, # cache folder name before the hash, e.g. "shake
     """The folder `cached_run` trains into. The settings of chapter 08b only change how a step is executed: left at
     their defaults they stay out of the key, so the models cached before they existed are still found."""
     train_key = {k: v for k, v in train_cfg.to_dict().items() if k not in _EXECUTION or v != _EXECUTION[k]}
-    return run_dir(prefix, model=model_cfg.to_dict(), train=train_key, **key_extra)
+    return run_dir(prefix, model=model_key(model_cfg), train=train_key, **key_extra)
+
+def model_key(model_cfg: GPTConfig) -> dict:
+    "`model_cfg.to_dict()` as cache keys hold it: with the renamed fields under their old names, so no folder moves."
+    return {_OLD_NAMES.get(k, k): v for k, v in model_cfg.to_dict().items()}
+
+_OLD_NAMES = {new: old for old, new in OLD_NORM_NAMES.items()}  # norm_placement was norm, norm_eps layer_norm_eps
 
 # %% ../nbs/08_training.ipynb #df5d21b6
 def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"

@@ -8,6 +8,8 @@ textbooks' and the libraries' names, and the checks every module runs on its arg
 and `is_number` refuse bools), `check_choice` for one of a named set of choices (such as `embeddings.POSITIONALS`),
 `check_instance` for a type, `check_ids` and `check_ids_below` for integer token ids, `check_input_dtype` for a layer's input, `check_bool_mask` and
 `check_mask` for bool masks (True = may attend), and `check_attention_inputs` for the q, k, v and mask of attention.
+`renamed_keywords` and `renamed_attribute` keep an old name working after a rename, with a `DeprecationWarning`
+(`warn_renamed`) that is issued once per old name.
 
 Docs: https://transformerbook.github.io/transformerbook/notation.html.md"""
 
@@ -16,7 +18,9 @@ Docs: https://transformerbook.github.io/transformerbook/notation.html.md"""
 # %% ../nbs/00_notation.ipynb #7b1de634
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from collections.abc import Collection
 
 import torch
@@ -26,7 +30,7 @@ from torch import Tensor
 __all__ = ['is_int', 'is_number', 'check_positive_int', 'check_nonnegative_int', 'check_positive_ints', 'check_positive_even_int',
            'check_int_in_range', 'check_positive_number', 'check_in_interval', 'check_choice', 'check_instance',
            'check_ids', 'check_ids_below', 'check_bool_mask', 'check_input_dtype', 'check_mask',
-           'check_attention_inputs']
+           'check_attention_inputs', 'warn_renamed', 'renamed_keywords', 'renamed_attribute']
 
 # %% ../nbs/00_notation.ipynb #66aa5b62
 def is_int(value) -> bool:
@@ -191,3 +195,41 @@ def check_attention_inputs(q, # (..., T, d_k) float
                          + ", ".join(f"{n} {_shape(t)}" for n, t in named.items())) from None
     if mask is not None:  # the scores are (..., T, S), with the batch dimensions of q and k
         check_mask(mask, torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2]))
+
+# %% ../nbs/00_notation.ipynb #2029dfae
+_WARNED: set[str] = set()  # the deprecated names already warned about in this process
+
+def warn_renamed(old: str, # the deprecated spelling, e.g. "GPTConfig.norm"
+                 new: str, # what to write instead, e.g. "GPTConfig.norm_placement"
+                 stacklevel: int = 3, # 3: the code that called the function calling this one
+                ) -> None:
+    "A `DeprecationWarning` that `old` is now `new`, issued only the first time `old` is used in a process."
+    if old in _WARNED: return
+    _WARNED.add(old)
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=stacklevel)
+
+def renamed_keywords(owner: str, # the callable's name, as the warning spells it (e.g. "GPTConfig")
+                     renames: dict[str, str], # old keyword -> new keyword
+                    ):
+    "Decorator: a call passing an old keyword gets it under the new name (`warn_renamed`); both at once: `TypeError`."
+    def decorate(f):
+        @functools.wraps(f)  # keeps f's signature for help() and the docs
+        def wrapper(*args, **kwargs):
+            for old, new in renames.items():
+                if old not in kwargs: continue
+                if new in kwargs: raise TypeError(f"{owner} got both {old}= (deprecated) and {new}=: pass only {new}=")
+                warn_renamed(f"{owner}({old}=...)", f"{new}=")
+                kwargs[new] = kwargs.pop(old)
+            return f(*args, **kwargs)
+        return wrapper
+    return decorate
+
+def renamed_attribute(owner: str, old: str, new: str) -> property:
+    "A property `old` that reads and writes the attribute `new`, with `warn_renamed` (e.g. an old config field)."
+    def get(self):
+        warn_renamed(f"{owner}.{old}", f"{owner}.{new}")
+        return getattr(self, new)
+    def set_(self, value):
+        warn_renamed(f"{owner}.{old}", f"{owner}.{new}")
+        setattr(self, new, value)
+    return property(get, set_, doc=f"Deprecated: `{new}`.")
