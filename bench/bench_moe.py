@@ -29,10 +29,10 @@ def hf_block(moe: MoEFeedForward, impl: str) -> nn.Module:
     "A transformers `MixtralSparseMoeBlock` holding `moe`'s weights, its experts run by implementation `impl`."
     from transformers import MixtralConfig
     from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
-    config = MixtralConfig(hidden_size=moe.d_model, intermediate_size=moe.d_ff, num_local_experts=moe.n_experts,
+    hf_config = MixtralConfig(hidden_size=moe.d_model, intermediate_size=moe.d_ff, num_local_experts=moe.n_experts,
                            num_experts_per_tok=moe.top_k)
-    config._experts_implementation = impl
-    return copy_to_mixtral(moe, MixtralSparseMoeBlock(config))
+    hf_config._experts_implementation = impl
+    return copy_to_mixtral(moe, MixtralSparseMoeBlock(hf_config))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -100,20 +100,20 @@ def train_wall(model_cfg, train_cfg, train_ids, val_ids, device, n_steps: int) -
     """(seconds of `train` for `n_steps` steps with one evaluation at the end, seconds of that evaluation alone,
     host reads per step, host reads of one evaluation, the count by caller)."""
     from dataclasses import replace
-    cfg = replace(train_cfg, max_iters=n_steps, lr_decay_iters=n_steps, warmup_iters=min(train_cfg.warmup_iters,
+    train_cfg = replace(train_cfg, max_iters=n_steps, lr_decay_iters=n_steps, warmup_iters=min(train_cfg.warmup_iters,
                   n_steps // 10), eval_interval=n_steps)
     torch.manual_seed(0)
     model = GPT(model_cfg).to(device)
     counts = {}
     with count_host_reads(counts):
         start = _tick(device)
-        history = train(model, train_ids, val_ids, cfg, progress=False)
+        history = train(model, train_ids, val_ids, train_cfg, progress=False)
         wall = _tick(device) - start
     eval_counts = {}
     with count_host_reads(eval_counts):
         start = time.perf_counter()
-        with torch.autocast(device.type, dtype=getattr(torch, cfg.dtype), enabled=cfg.dtype != "float32"):
-            estimate_loss(model, {"train": train_ids, "val": val_ids}, cfg.batch_size, cfg.eval_iters)
+        with torch.autocast(device.type, dtype=getattr(torch, train_cfg.dtype), enabled=train_cfg.dtype != "float32"):
+            estimate_loss(model, {"train": train_ids, "val": val_ids}, train_cfg.batch_size, train_cfg.eval_iters)
         eval_s = _tick(device) - start
     n_eval_reads = sum(eval_counts.values())
     per_step = (sum(counts.values()) - 2 * n_eval_reads) / n_steps  # train evaluates at step 0 and at the end

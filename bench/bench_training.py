@@ -27,14 +27,15 @@ from transformerbook.training import (baby_gpt_configs, configure_optimizer, get
 class HFPeer(nn.Module):
     """Hugging Face's GPT-2 built with a `GPTConfig`'s sizes (learned positions, pre-norm, tanh GELU, biases, tied
     embeddings, GPT-2's initialisation), returning logits like `GPT`, so the book's `train` loop can train it."""
-    def __init__(self, config: GPTConfig):
+    def __init__(self, model_cfg: GPTConfig):
         super().__init__()
-        self.config = config  # `train` reads config.context_length
+        self.config = model_cfg  # `train` reads model_cfg.context_length
         self.hf = GPT2LMHeadModel(GPT2Config(
-            vocab_size=config.vocab_size, n_positions=config.context_length, n_embd=config.d_model,
-            n_layer=config.n_layers, n_head=config.n_heads, n_inner=config.d_ff, activation_function="gelu_new",
-            resid_pdrop=config.dropout, embd_pdrop=config.dropout, attn_pdrop=config.dropout,
-            layer_norm_epsilon=config.layer_norm_eps, tie_word_embeddings=config.tie_weights,
+            vocab_size=model_cfg.vocab_size, n_positions=model_cfg.context_length, n_embd=model_cfg.d_model,
+            n_layer=model_cfg.n_layers, n_head=model_cfg.n_heads, n_inner=model_cfg.d_ff,
+            activation_function="gelu_new",
+            resid_pdrop=model_cfg.dropout, embd_pdrop=model_cfg.dropout, attn_pdrop=model_cfg.dropout,
+            layer_norm_epsilon=model_cfg.norm_eps, tie_word_embeddings=model_cfg.tie_weights,
             bos_token_id=None, eos_token_id=None,  # GPT-2's 50256 is outside a character vocabulary
             attn_implementation="sdpa"))  # torch's fused attention, like the book's fused path
 

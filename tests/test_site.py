@@ -297,8 +297,8 @@ def test_every_module_docs_link_has_a_markdown_page(book):
     import transformerbook
     from nbdev.config import get_config
 
-    cfg = get_config(ROOT)
-    base = f"{cfg.doc_host.rstrip('/')}{cfg.doc_baseurl.rstrip('/')}/"
+    nbdev_cfg = get_config(ROOT)
+    base = f"{nbdev_cfg.doc_host.rstrip('/')}{nbdev_cfg.doc_baseurl.rstrip('/')}/"
     out, _, _ = book
     names = [m.name for m in pkgutil.walk_packages(transformerbook.__path__, "transformerbook.")
              if not m.ispkg and not m.name.rsplit(".", 1)[-1].startswith("_")]

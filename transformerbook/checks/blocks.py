@@ -71,7 +71,7 @@ def _pre_norm_ref(x, attn, mlp, ln_1, ln_2):
 def _block_sublayers(seed: int = 0, d_model: int = 16, n_heads: int = 4, T: int = 6):
     "A seeded block's four sublayers as callables, plus an input x (2, T, d_model) and the reference output."
     torch.manual_seed(seed)
-    block = TransformerBlock(d_model, n_heads, norm="pre").eval()
+    block = TransformerBlock(d_model, n_heads, norm_placement="pre").eval()
     with torch.no_grad():
         for ln in (block.ln_1, block.ln_2):
             ln.weight.uniform_(0.5, 1.5)
@@ -85,7 +85,7 @@ def _block_sublayers(seed: int = 0, d_model: int = 16, n_heads: int = 4, T: int 
 @checker("Exercise 4.2 — the pre-norm block")
 def check_pre_norm_block(pre_norm_block: Callable, # pre_norm_block(x, attn, mlp, ln_1, ln_2) -> (B, T, D)
                         ) -> None:
-    ("Compare the reader's pre-norm block (J&M eqs. 10.38-10.43) with `TransformerBlock(norm='pre')` "
+    ("Compare the reader's pre-norm block (J&M eqs. 10.38-10.43) with `TransformerBlock(norm_placement='pre')` "
      "on seeded sublayers.")
     block, x, (attn, mlp, ln_1, ln_2) = _block_sublayers()
     with torch.no_grad():

@@ -27,7 +27,8 @@ _COUNT_CONFIGS = [
     GPTConfig(vocab_size=100, context_length=16, d_model=32, n_heads=4, n_layers=2, tie_weights=False),
     GPTConfig(vocab_size=120, context_length=24, d_model=48, n_heads=6, n_layers=3, bias=False),
     GPTConfig(vocab_size=100, context_length=32, d_model=32, n_heads=2, n_layers=1, d_ff=40, positional="sinusoidal"),
-    GPTConfig(vocab_size=90, context_length=20, d_model=16, n_heads=2, n_layers=4, norm="post", tie_weights=False),
+    GPTConfig(vocab_size=90, context_length=20, d_model=16, n_heads=2, n_layers=4, norm_placement="post",
+              tie_weights=False),
     GPTConfig.gpt2_small(),
 ]
 
@@ -42,19 +43,19 @@ def _diagnose(diff: int, model_cfg: GPTConfig) -> str:
                                    "(a fixed buffer, not a parameter)"}
     if diff in known: return known[diff]
     linear_biases = L * (4 * D + model_cfg.d_ff + D)
-    if b and diff in (-linear_biases, -linear_biases - (2 * L + (model_cfg.norm == "pre")) * D):
+    if b and diff in (-linear_biases, -linear_biases - (2 * L + (model_cfg.norm_placement == "pre")) * D):
         return "biases missing (every linear layer has one per output; LayerNorm has β)"
-    if diff < 0 and diff % D == 0 and -diff // D in (2 * L * (1 + b) + (1 + b) * (model_cfg.norm == "pre"),
+    if diff < 0 and diff % D == 0 and -diff // D in (2 * L * (1 + b) + (1 + b) * (model_cfg.norm_placement == "pre"),
                                                      2 * L * (1 + b), 1 + b):
         return "LayerNorm parameters missing (γ and β in ln_1, ln_2 of every block, and ln_f for pre-norm)"
-    if model_cfg.norm == "post" and diff == D * (1 + b):
+    if model_cfg.norm_placement == "post" and diff == D * (1 + b):
         return "a final LayerNorm counted, but a post-norm model has none"
     if not b and diff > 0: return "biases counted, but bias=False"
     return "count each part: E, P, per block (ln_1, attn q/k/v/out, ln_2, mlp fc/proj), ln_f, and an untied lm_head"
 
 @checker("Exercise 6.1 — count a GPT's parameters")
 def check_count_params(count_params) -> None:
-    "`count_params(config) -> int` must equal the number of distinct parameters of `GPT(config)`."
+    "`count_params(model_cfg) -> int` must equal the number of distinct parameters of `GPT(model_cfg)`."
     for model_cfg in _COUNT_CONFIGS:
         with torch.device("meta"):
             expected = GPT(model_cfg).n_params()
@@ -72,7 +73,7 @@ def _count_params(model_cfg: GPTConfig) -> int:
     layer_norm = D + b * D
     block = 4 * D * D + b * 4 * D + 2 * D * F + b * (F + D) + 2 * layer_norm
     n = V * D + (model_cfg.context_length * D if model_cfg.positional == "learned" else 0) + model_cfg.n_layers * block
-    return n + (layer_norm if model_cfg.norm == "pre" else 0) + (0 if model_cfg.tie_weights else V * D)
+    return n + (layer_norm if model_cfg.norm_placement == "pre" else 0) + (0 if model_cfg.tie_weights else V * D)
 
 @known_wrong(check_count_params, "no position embeddings", hint="position embeddings missing")
 def _count_no_positions(model_cfg):  # forgets the learned position table
@@ -86,7 +87,7 @@ def _count_tied_twice(model_cfg):  # always counts a separate head matrix
 @known_wrong(check_count_params, "no LayerNorm parameters", hint="LayerNorm parameters missing")
 def _count_no_layer_norms(model_cfg):  # forgets every LayerNorm's γ and β
     D, b = model_cfg.d_model, int(model_cfg.bias)
-    n_norms = 2 * model_cfg.n_layers + (model_cfg.norm == "pre")
+    n_norms = 2 * model_cfg.n_layers + (model_cfg.norm_placement == "pre")
     return _count_params(model_cfg) - n_norms * (D + b * D)
 
 @known_wrong(check_count_params, "no biases", hint="biases missing")

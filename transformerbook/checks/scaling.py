@@ -30,7 +30,7 @@ _FLOPS_CONFIGS = [
     GPTConfig(vocab_size=65, context_length=64, d_model=32, n_heads=4, n_layers=2),
     GPTConfig(vocab_size=100, context_length=16, d_model=32, n_heads=4, n_layers=3, tie_weights=False, bias=False),
     GPTConfig(vocab_size=90, context_length=128, d_model=48, n_heads=6, n_layers=1, d_ff=80, positional="sinusoidal"),
-    GPTConfig(vocab_size=90, context_length=20, d_model=16, n_heads=2, n_layers=4, norm="post"),
+    GPTConfig(vocab_size=90, context_length=20, d_model=16, n_heads=2, n_layers=4, norm_placement="post"),
     GPTConfig.gpt2_small(),
 ]
 
@@ -46,7 +46,7 @@ def _as_number(x, what: str) -> float:
 
 @checker("Exercise 9.1 — the compute of a training run")
 def check_training_flops(kaplan_training_flops) -> None:
-    ("`kaplan_training_flops(config, n_tokens)` must be D · 3 · (2N + 2·n_layers·context_length·d_model), "
+    ("`kaplan_training_flops(model_cfg, n_tokens)` must be D · 3 · (2N + 2·n_layers·context_length·d_model), "
      "N non-embedding.")
     for model_cfg in _FLOPS_CONFIGS:
         for n_tokens in (1_000_000, 3 * 10 ** 11):

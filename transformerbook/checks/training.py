@@ -159,14 +159,14 @@ def _lr_mistakes(s: int, train_cfg: TrainConfig) -> dict[str, float]:
 
 @checker("Exercise 8.3 — warm-up and cosine decay")
 def check_lr_schedule(lr_schedule) -> None:
-    "Check `lr_schedule(step, cfg)` against `lr_at` at every step of three schedules (and past their end)."
+    "Check `lr_schedule(step, train_cfg)` against `lr_at` at every step of three schedules (and past their end)."
     for train_cfg in _SCHEDULES:
         for s in range(train_cfg.decay_iters + 10):
-            out = call_learner(lr_schedule, s, train_cfg, what=f"lr_schedule({s}, cfg)")
+            out = call_learner(lr_schedule, s, train_cfg, what=f"lr_schedule({s}, train_cfg)")
             try:
                 out = float(out)
             except (TypeError, ValueError, RuntimeError):
-                raise AssertionError(f"lr_schedule({s}, cfg) should return a number, "
+                raise AssertionError(f"lr_schedule({s}, train_cfg) should return a number, "
                                      f"got {type(out).__name__}.") from None
             expected = lr_at(s, train_cfg)
             if math.isclose(out, expected, rel_tol=1e-6, abs_tol=1e-12): continue
