@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import warnings
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -393,8 +395,11 @@ def test_old_dicts_load_and_dataclass_tools_see_only_the_new_fields(fresh_warnin
                     norm_eps=1e-6)
     old = {("norm" if k == "norm_placement" else "layer_norm_eps" if k == "norm_eps" else k): v
            for k, v in new.to_dict().items()}  # what every checkpoint saved before the rename holds
-    with pytest.warns(DeprecationWarning, match="use norm_placement="):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a checkpoint saved before the rename loads without a warning
         assert GPTConfig.from_dict(old) == new
+    with pytest.raises(ValueError, match="both 'norm' and its new name 'norm_placement'"):
+        GPTConfig.from_dict({**old, "norm_placement": "pre"})
     names = [f.name for f in dataclasses.fields(GPTConfig)]
     assert "norm_placement" in names and "norm_eps" in names and not {"norm", "layer_norm_eps"} & set(names)
     assert set(dataclasses.asdict(new)) == set(names)

@@ -112,11 +112,14 @@ def _check_config(c: GPTConfig) -> None:
     check_positive_number("norm_eps", c.norm_eps)
 
 def _check_known_fields(d: dict) -> dict:
-    "`d` itself if every key is a `GPTConfig` field (or an old name of one); else `ValueError` naming the unknown keys."
+    """`d` with the old names of renamed fields (in checkpoints saved before the rename: `norm`, `layer_norm_eps`)
+    read as the new ones, without a warning (a saved file is not code to update); `ValueError` naming unknown keys."""
     known = {f.name for f in fields(GPTConfig)}
     unknown = sorted(set(d) - known - set(OLD_NORM_NAMES))
     if unknown: raise ValueError(f"unknown GPTConfig fields {unknown}; known fields: {sorted(known)}")
-    return d
+    both = [k for k in OLD_NORM_NAMES if k in d and OLD_NORM_NAMES[k] in d]
+    if both: raise ValueError(f"both {both[0]!r} and its new name {OLD_NORM_NAMES[both[0]]!r} are in the dict")
+    return {OLD_NORM_NAMES.get(k, k): v for k, v in d.items()}
 
 # %% ../nbs/06_lm_head.ipynb #bc347f80
 for _old, _new in OLD_NORM_NAMES.items(): setattr(GPTConfig, _old, renamed_attribute("GPTConfig", _old, _new))
