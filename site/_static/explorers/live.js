@@ -64,6 +64,7 @@
         s.onerror = () => reject(new Error("the runtime's file _static/ort/ort.wasm.min.js could not be loaded"));
         document.head.append(s);
       }).then(async (ort) => {
+        ort.env.logLevel = "error";  // the runtime's optimiser notes (e.g. a node it could not pre-compute) are not errors
         ort.env.wasm.numThreads = 1;  // no SharedArrayBuffer needed; the same arithmetic on every machine
         ort.env.wasm.proxy = false;
         ort.env.wasm.wasmPaths = STATIC + "ort/";  // where the .mjs that instantiates the binary is
@@ -80,7 +81,7 @@
     if (!response.ok) throw new Error(`the model's file live/${name}.json is missing (HTTP ${response.status})`);
     const info = await response.json();
     const session = await ort.InferenceSession.create(await fetchGzipped(`live/${info.onnx}`),
-      { executionProviders: ["wasm"], graphOptimizationLevel: "all" });
+      { executionProviders: ["wasm"], graphOptimizationLevel: "all", logSeverityLevel: 3 });  // 3: errors only
     const stoi = new Map(info.alphabet.map((c, i) => [c, i]));
     let queue = Promise.resolve();
     /** logits (T, V), attention (L, H, T, T), lens (L+1, T, V) for ids (T <= context_length), Float32Arrays. */
