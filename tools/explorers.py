@@ -27,7 +27,6 @@ trained models), keyed by a hash of this file and of the package's sources, so l
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import json
 import os
@@ -148,11 +147,8 @@ def bpe_data() -> dict:
             "steps": steps}
 
 
-@functools.lru_cache(maxsize=1)
 def _moe_model():
-    """A 2-layer char GPT with 8 GELU experts (top-2) per layer, trained `MOE_STEPS` steps with the balancing loss;
-    trained once per process (the same model for the site's data and the test that re-runs its router: on torch 2.6
-    two trainings of this MoE are not bit-identical)."""
+    "A 2-layer char GPT with 8 GELU experts (top-2) per layer, trained `MOE_STEPS` steps with the balancing loss."
     import torch
     import torch.nn.functional as F
     from transformerbook.lm_head import GPT, GPTConfig
