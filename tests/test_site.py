@@ -34,10 +34,10 @@ RAW_MARKUP = re.compile(r"^[ \t]*(?:#\||:::|```|~~~|\{\.[\w-]+\}).*$", re.M)
 # axe-core (site/package.json, installed by tools/fetch_mathjax.py), the engine behind Lighthouse's accessibility
 # score, run on each page with the WCAG 2.0/2.1 level A and AA rules. It is injected from its file (no request).
 AXE = ROOT / "site" / "node_modules" / "axe-core" / "axe.min.js"
-# Started without waiting (`start_accessibility`), so that one tab's axe run overlaps the other tab's loading;
-# `accessibility` then awaits the promise left on the page. At 400 px the colour-contrast rule (over half of axe's
-# time) skips the article: its colours come from the same stylesheet at every width and were checked at 1400 px; the
-# page's chrome (header, drawers), which does change with the width, is checked at both.
+# Started by `start_accessibility`; `accessibility` awaits the promise it leaves on the page. At 400 px the
+# colour-contrast rule (over half of axe's time) skips the article: its colours come from the same stylesheet at
+# every width and were checked at 1400 px; the page's chrome (header, drawers), which does change with the width, is
+# checked at both.
 AXE_START_JS = """(phone) => {
   const tags = {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]};
   const serious = result => result.violations.filter(v => v.impact === "serious" || v.impact === "critical")
@@ -184,45 +184,37 @@ def accessibility(page) -> list[dict]:
 @pytest.fixture(scope="session")
 def visited(book, base_url, browser):
     """What a reader sees on each page of the toctree, read once per session at 1400 px and at 400 px, with the
-    console errors each page logged (and a screenshot of the top of each page at each width). The two widths are two
-    tabs: while one tab's axe-core run works through a page, the other loads (axe is most of the time)."""
+    console errors each page logged (and a screenshot of the top of each page at each width). One tab: a second tab
+    for the other width was slower (a tab in the background has its timers throttled, and axe-core uses them)."""
     out, pages, _ = book
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    seen, tabs = {}, {}
-    for width, size in (("desktop", DESKTOP), ("phone", PHONE)):
-        tab = tabs[width] = browser.new_page()
-        tab.set_viewport_size(size)
-        tab.errors = []
-        tab.on("console", lambda msg, tab=tab: tab.errors.append(msg.text) if msg.type == "error" else None)
-        tab.on("pageerror", lambda exc, tab=tab: tab.errors.append(str(exc)))
-    desktop, phone = tabs["desktop"], tabs["phone"]
-
-    def finish_phone(name):  # collect the phone tab's axe run for `name`, then its images and screenshot
-        seen[name]["phone"].update(axe=accessibility(phone), images=phone.evaluate(IMAGES_JS))
-        phone.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}-400.png")
-
-    for i, name in enumerate(pages):
-        desktop.errors.clear()
-        response = visit(desktop, f"{base_url}/{name}.html")
-        text = desktop.locator("article").inner_text()
-        prose = desktop.locator("article").evaluate(PROSE_JS)
-        seen[name] = {"status": response.status, "h1": desktop.locator("article h1").first.inner_text().strip(),
-                      "raw": RAW_MARKUP.findall(text), "prose": prose,
-                      "mathjax": desktop.locator("mjx-container").count(),
+    page, seen = browser.new_page(), {}
+    errors = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.set_viewport_size(DESKTOP)
+    for name in pages:
+        errors.clear()
+        response = visit(page, f"{base_url}/{name}.html")
+        text = page.locator("article").inner_text()
+        prose = page.locator("article").evaluate(PROSE_JS)
+        seen[name] = {"status": response.status, "h1": page.locator("article h1").first.inner_text().strip(),
+                      "raw": RAW_MARKUP.findall(text), "prose": prose, "mathjax": page.locator("mjx-container").count(),
                       "has_math": 'class="math' in (out / f"{name}.html").read_text(encoding="utf-8"),
-                      **desktop.evaluate(FACTS_JS), "errors": list(desktop.errors)}
-        desktop.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}-1400.png")  # the top (full pages take ~10 s)
-        start_accessibility(desktop)
-        if i: finish_phone(pages[i - 1])
-        phone.errors.clear()
-        visit(phone, f"{base_url}/{name}.html")
-        seen[name]["phone"] = {**phone.evaluate(FACTS_JS), "errors": list(phone.errors)}
-        start_accessibility(phone, phone=True)
-        seen[name]["axe"], seen[name]["images"] = accessibility(desktop), desktop.evaluate(IMAGES_JS)
-        seen[name]["code"] = desktop.evaluate(CODE_JS)  # unfolds the folded cells: after FACTS_JS and axe
-    finish_phone(pages[-1])
-    desktop.close()
-    phone.close()
+                      **page.evaluate(FACTS_JS), "errors": list(errors)}
+        page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}-1400.png")  # the top (full pages take ~10 s)
+        start_accessibility(page)
+        seen[name]["axe"], seen[name]["images"] = accessibility(page), page.evaluate(IMAGES_JS)
+        seen[name]["code"] = page.evaluate(CODE_JS)  # unfolds the folded cells: after FACTS_JS and axe
+    page.set_viewport_size(PHONE)
+    for name in pages:
+        errors.clear()
+        visit(page, f"{base_url}/{name}.html")
+        seen[name]["phone"] = {**page.evaluate(FACTS_JS), "errors": list(errors)}
+        start_accessibility(page, phone=True)
+        seen[name]["phone"].update(axe=accessibility(page), images=page.evaluate(IMAGES_JS))
+        page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}-400.png")
+    page.close()
     return seen
 
 
