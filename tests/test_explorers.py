@@ -684,6 +684,14 @@ def test_moe_explorer_data_is_the_routers_output(tmp_path):
         torch.testing.assert_close(torch.tensor(layer["probs"]), logits.softmax(-1), atol=1e-4, rtol=0)
 
 
+def test_explorer_cache_is_kept_per_torch_version(monkeypatch):
+    "Two environments sharing one cache (the lock's, `make test-oldest`'s) train different models: each keys its own."
+    key = explorers.cache_key()
+    assert explorers.cache_key() == key  # stable within one environment
+    monkeypatch.setattr(torch, "__version__", torch.__version__ + ".other")
+    assert explorers.cache_key() != key
+
+
 def test_chinchilla_explorer(page, base_url):
     from transformerbook.scaling import BESIROGLU_2024, HOFFMANN_2022
     root = open_explorer(page, base_url, "chinchilla")

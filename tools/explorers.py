@@ -211,10 +211,12 @@ BUILDERS = {"sampling": sampling_data, "attention": attention_data, "positional"
 
 
 def cache_key() -> str:
-    """A hash of this file, of the package's sources and of whether chapter 11's induction model is trained (until it
-    is, `inside` shows a stand-in): the data change only when one of them does."""
+    """A hash of this file, of the package's sources, of torch's version and of whether chapter 11's induction model
+    is trained (until it is, `inside` shows a stand-in): the data change only when one of them does. Two environments
+    sharing one cache (the lock's and `make test-oldest`'s) train different models, so each keeps its own data."""
+    import torch
     from transformerbook.live import induction_trained
-    h = hashlib.sha256(Path(__file__).read_bytes() + str(induction_trained()).encode())
+    h = hashlib.sha256(Path(__file__).read_bytes() + str(induction_trained()).encode() + torch.__version__.encode())
     for p in sorted((ROOT / "transformerbook").glob("*.py")):
         h.update(p.name.encode())
         h.update(p.read_bytes())
