@@ -90,6 +90,10 @@ def test_changed_outcomes_compares_two_junit_reports(tmp_path):
                                                   ("tests.a::test_y", "passed", "failed")]
     assert tv.changed_outcomes(run, None) == [("tests.a::test_y", "passed", "failed"),
                                               ("tests.a::test_z", "passed", "skipped")]
+    # what fails the run: a failure, an error or a test gone; a new skip is reported only
+    assert tv.worse(tv.changed_outcomes(run, baseline)) == tv.changed_outcomes(run, baseline)
+    assert tv.worse(tv.changed_outcomes(run, None)) == [("tests.a::test_y", "passed", "failed")]
+    assert tv.worse([("tests.a::test_v", "passed", "error")]) == [("tests.a::test_v", "passed", "error")]
 
 
 def test_failed_notebooks_reads_nbdev_tests_summary():
