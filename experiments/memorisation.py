@@ -82,7 +82,7 @@ def run(steps, temperatures, train_chars: int | None = None, n_samples: int = 8,
                   seed=seed)
     if train_chars is None:
         path = cached_run("shakespeare-char", model_cfg, train_cfg, "char", {"tokenizer": "char"}, progress=False)
-        model, tok = load_model(path)
+        model, tok = load_model(path, latest=True)  # the model at its last step (a run folder's default is its best)
         ckpt = load_checkpoint(path)
         snaps = [_snapshot(model, tok, ckpt["step"], ckpt["history"], train_text, val_text, **common)]
     else:
@@ -96,7 +96,7 @@ def run(steps, temperatures, train_chars: int | None = None, n_samples: int = 8,
                 torch.manual_seed(stage_train_cfg.seed)
                 hist = train(GPT(model_cfg), train_ids, val_ids, stage_train_cfg, out_dir=out, tokenizer=tok,
                              resume=i > 0, progress=False)
-                model, tok = load_model(out)
+                model, tok = load_model(out, latest=True)  # this snapshot, not the best so far
                 snaps.append(_snapshot(model, tok, step, hist.to_dict(), train_text, val_text, **common))
     return {"train_chars": len(train_text), "heldout_in_train_20": verbatim_fraction(heldout, train_text, 20),
             "heldout_in_train_50": verbatim_fraction(heldout, train_text, 50), "snapshots": snaps}
