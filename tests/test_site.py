@@ -56,6 +56,14 @@ AXE_START_JS = """([phone, template]) => {
     return found.concat(await run(chrome, rules(others)));
   })();
 }"""
+# Each plot or figure image in the article: its file, the pixels it holds and the CSS pixels it is shown at.
+IMAGES_JS = """() => [...document.querySelectorAll("article img")].filter(i => i.getBoundingClientRect().width > 0)
+  .map(i => ({src: i.currentSrc.split("/").pop().slice(-60), natural: i.naturalWidth,
+              shown: i.getBoundingClientRect().width}))"""
+PROSE_JS = """el => { const c = el.cloneNode(true);
+  c.querySelectorAll("pre, div.highlight, mjx-container").forEach(n => n.remove());
+  return c.textContent; }"""
+
 
 def make_lettered_chapter():
     """A chapter inserted with a letter (`99a_...`, as 05a): its exercise `99a.1` has a hint, a solution, and a checker
