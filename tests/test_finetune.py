@@ -334,7 +334,9 @@ def test_finetune_selection_result_is_complete():
     for name, lr in res["chosen_lr"].items():
         grid = [r for r in res["selection"] if f"{r['body']}/{r['train']}" == name]
         assert lr == min(grid, key=lambda r: r["best_val_loss"])["lr"]  # chosen on validation, never on test
-        assert [r for r in res["runs"] if f"{r['body']}/{r['train']}" == name and r["seed"] == committed["seeds"][0]]
+        seeds = sorted(r["seed"] for r in res["runs"] if f"{r['body']}/{r['train']}" == name)
+        assert seeds == sorted(committed["seeds"]) and len(seeds) >= 3  # every seed of the record, once, per arm
+        assert {r["lr"] for r in res["runs"] if f"{r['body']}/{r['train']}" == name} == {lr}
     for run in res["selection"] + res["runs"]:
         assert run["low"] <= run["accuracy"] <= run["high"] and run["n"] == res["n_test"]
         assert run["best_step"] <= run["steps_run"] <= res["max_steps"]

@@ -1,6 +1,6 @@
 """BERT's masked characters with bidirectional attention, measured against the causal model on the same held-out
-characters, and a small randomly initialised head fine-tuned on the pre-trained model and on a random one
-(CS182 "Pre-training vs. fine-tuning"; MIT 6.390 §11.3.2; J&M 10.1.2).
+characters, and a small randomly initialised head fine-tuned on the pre-trained model and on a random one,
+against few-shot prompts to a 1,024-character model (CS182 "Pre-training vs. fine-tuning"; MIT 6.390 §11.3.2; J&M 10.1.2).
 
 **In the package** (`transformerbook.finetune`): `mlm_corrupt(token_ids, mask_id, vocab_size, generator, mask_rate,
 padding_mask)` applies BERT's 15% / 80-10-10 corruption to (B, T) ids and returns the corrupted ids and the targets
