@@ -34,12 +34,14 @@ RAW_MARKUP = re.compile(r"^[ \t]*(?:#\||:::|```|~~~|\{\.[\w-]+\}).*$", re.M)
 # axe-core (site/package.json, installed by tools/fetch_mathjax.py), the engine behind Lighthouse's accessibility
 # score, run on each page with the WCAG 2.0/2.1 level A and AA rules. It is injected from its file (no request).
 AXE = ROOT / "site" / "node_modules" / "axe-core" / "axe.min.js"
-# Started by `start_accessibility`; `accessibility` awaits the promise it leaves on the page. At 1400 px every rule
-# runs on the whole page. At 400 px the article is the same DOM in another layout, so only what the width can change
-# is checked again: which regions scroll sideways (on the whole page), the contrast of the page's chrome outside the
-# article (its colours and backgrounds change with the width; the article's come from one stylesheet at every width),
-# and, on every `PHONE_TEMPLATE_EVERY`-th page, every other rule on that chrome (header buttons, drawers), which is
-# one template shared by all pages. (Contrast is over half of axe's time.)
+# Started by `start_accessibility`; `accessibility` awaits the promise it leaves on the page. What differs from page
+# to page is checked on every page, what all pages share (the header, the chapter list in the left sidebar, the
+# footer: one template) on every `PHONE_TEMPLATE_EVERY`-th page only. At 1400 px: every rule on the page's own parts,
+# `main` (the article, its breadcrumbs and previous/next links) and the "on this page" sidebar, and on the whole page
+# where `template`. At 400 px the article is the same DOM in another layout, so only what the width can change is
+# checked again: which regions scroll sideways, on every page (that depends on each page's content), and, where
+# `template`, every rule on the chrome outside the article (header buttons, drawers, their colours, which change with
+# the width; the article's colours come from one stylesheet at every width). (Contrast is over half of axe's time.)
 AXE_START_JS = """([phone, template]) => {
   const tags = {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]};
   const serious = result => result.violations.filter(v => v.impact === "serious" || v.impact === "critical")
@@ -47,12 +49,11 @@ AXE_START_JS = """([phone, template]) => {
   const run = (context, runOnly) => axe.run(context, {runOnly, resultTypes: ["violations"]}).then(serious);
   const rules = values => ({type: "rule", values});
   const chrome = {exclude: [["article"]]};
-  window.__axe = !phone ? run(document, tags) : (async () => {
-    const found = (await run(document, rules(["scrollable-region-focusable"])))
-      .concat(await run(chrome, rules(["color-contrast"])));
+  const own = {include: [["main"], ["#pst-secondary-sidebar"]]};
+  window.__axe = !phone ? run(template || !document.querySelector("main") ? document : own, tags) : (async () => {
+    const found = await run(document, rules(["scrollable-region-focusable"]));
     if (!template) return found;
-    const others = axe.getRules(tags.values).map(r => r.ruleId)
-      .filter(id => !["scrollable-region-focusable", "color-contrast"].includes(id));
+    const others = axe.getRules(tags.values).map(r => r.ruleId).filter(id => id !== "scrollable-region-focusable");
     return found.concat(await run(chrome, rules(others)));
   })();
 }"""
@@ -176,8 +177,9 @@ FACTS_JS = """() => {
 
 
 def start_accessibility(page, phone: bool = False, template: bool = True) -> None:
-    """Start axe-core on the page as it is now: WCAG 2.1 A/AA rules; at phone width, scrolling regions on the whole
-    page, contrast outside the article and, if `template`, the other rules outside the article (see `AXE_START_JS`).
+    """Start axe-core on the page as it is now: WCAG 2.1 A/AA rules, on the page's own parts (`main` and the "on this
+    page" sidebar) or, if `template`, the whole page; at phone width, scrolling regions on the whole page and, if
+    `template`, every other rule outside the article (see `AXE_START_JS`).
     `accessibility(page)` collects what it finds."""
     assert AXE.is_file(), f"{AXE} is missing: run `python tools/fetch_mathjax.py` (needs npm)"
     page.add_script_tag(path=str(AXE))
@@ -190,7 +192,7 @@ def accessibility(page) -> list[dict]:
     return page.evaluate("() => window.__axe")
 
 
-PHONE_TEMPLATE_EVERY = 10  # the chrome's full check at 400 px: every 10th page (index, chapters, checker appendix)
+PHONE_TEMPLATE_EVERY = 10  # the shared chrome's full check: every 10th page (index, chapters, checker appendix)
 
 
 @pytest.fixture(scope="session")
@@ -215,7 +217,7 @@ def visited(book, base_url, browser):
                       "has_math": 'class="math' in (out / f"{name}.html").read_text(encoding="utf-8"),
                       **page.evaluate(FACTS_JS), "errors": list(errors)}
         page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}-1400.png")  # the top (full pages take ~10 s)
-        start_accessibility(page)
+        start_accessibility(page, template=name in pages[::PHONE_TEMPLATE_EVERY])
         seen[name]["axe"], seen[name]["images"] = accessibility(page), page.evaluate(IMAGES_JS)
         seen[name]["code"] = page.evaluate(CODE_JS)  # unfolds the folded cells: after FACTS_JS and axe
     page.set_viewport_size(PHONE)
@@ -492,22 +494,24 @@ PLANTED = """<html lang="en"><head><title>planted</title></head><body>
 def test_the_accessibility_check_finds_planted_violations(browser):
     """The check above can fail. The page has a faint line and an unlabelled button in the header and in the article,
     and a code block 600 px wide in a box half the window wide. At 1400 px axe finds both faint lines and both
-    buttons (the box does not scroll). At 400 px, where the box scrolls sideways and cannot be reached with the
-    keyboard, it finds that and the header's faint line, and the header's button where the chrome gets its full
-    check (the article's line and button are the DOM already checked at 1400 px)."""
+    buttons (the box does not scroll), or the article's only where the shared chrome is not checked. At 400 px,
+    where the box scrolls sideways and cannot be reached with the keyboard, it finds that, and the header's faint
+    line and button where the chrome is checked (the article's line and button are the DOM checked at 1400 px)."""
     page = browser.new_page()
     page.set_content(PLANTED)
     found = {}
-    for width, viewport, phone, template in (("desktop", DESKTOP, False, True), ("phone", PHONE, True, True),
-                                             ("phone, chrome's contrast only", PHONE, True, False)):
+    for width, viewport, phone, template in (("desktop", DESKTOP, False, True), ("desktop, own parts", DESKTOP, False,
+                                             False), ("phone", PHONE, True, True),
+                                             ("phone, no chrome", PHONE, True, False)):
         page.set_viewport_size(viewport)
         page.evaluate("() => { window.__axe = undefined; }")
         start_accessibility(page, phone=phone, template=template)
         found[width] = {v["id"]: v["n"] for v in accessibility(page)}
     page.close()
     assert found == {"desktop": {"color-contrast": 2, "button-name": 2},
+                     "desktop, own parts": {"color-contrast": 1, "button-name": 1},
                      "phone": {"scrollable-region-focusable": 1, "color-contrast": 1, "button-name": 1},
-                     "phone, chrome's contrast only": {"scrollable-region-focusable": 1, "color-contrast": 1}}, found
+                     "phone, no chrome": {"scrollable-region-focusable": 1}}, found
 
 
 # A raster plot holds at least this many pixels per CSS pixel it is shown at, so it stays sharp on high-density
