@@ -10,6 +10,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_experiment(name: str):
+    "The module `experiments/<name>.py` (the experiments are scripts, not a package), for a test to re-run a slice."
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"{name}_experiment", ROOT/"experiments"/f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 sys.path.insert(0, str(ROOT / "tools"))  # tools/ holds scripts, not a package
 
 

@@ -4,7 +4,6 @@ the CLI writing it), the exercise checkers against known-wrong answers, and a sl
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import math
 from pathlib import Path
@@ -25,7 +24,7 @@ from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.tokenization import CharTokenizer
 from transformerbook.training import CHECKPOINT_NAME, TrainConfig, save_checkpoint, train
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_experiment
 
 
 @pytest.fixture(scope="module")
@@ -223,10 +222,7 @@ def test_extraction_finds_a_memorised_passage():
 
 
 def _load_experiment():
-    spec = importlib.util.spec_from_file_location("memorisation_experiment", ROOT/"experiments"/"memorisation.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("memorisation")
 
 
 def test_memorisation_counts_and_intervals_the_chapter_states():

@@ -3,9 +3,7 @@ own reason), the fully-masked-row convention of torch's SDPA, the GPT-3 and "typ
 book's counter, Kaplan's constants, and a re-run slice of the Holtzman et al. experiment (`experiments/holtzman.py`)."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +16,7 @@ from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.masking import causal_mask
 from transformerbook.scaling import KAPLAN_2020, count_params, fit_power_law, power_law
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import load_experiment
 
 
 # --- polls and Exercise 4.4 -----------------------------------------------------------------------------------
@@ -125,10 +123,7 @@ def test_kaplan_constants():
 # --- the Holtzman et al. experiment -----------------------------------------------------------------------------
 
 def _holtzman_module():
-    spec = importlib.util.spec_from_file_location("holtzman", ROOT / "experiments" / "holtzman.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("holtzman")
 
 
 def test_holtzman_results_cover_every_row():

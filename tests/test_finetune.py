@@ -3,12 +3,10 @@ decoders), BERT's corruption, the MLM batches and losses, the speaker task and t
 checkers against known-wrong answers, and a slice of the fine-tuning experiment."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,7 +22,7 @@ from transformerbook.sampling import beam_search, generate
 from transformerbook.tokenization import CharTokenizer
 from transformerbook.training import PRESETS, TrainConfig, cached_run, model_key, preset_configs, train
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_experiment
 
 
 # ---- the causal switch ----
@@ -251,10 +249,7 @@ def test_corrupt_checker_catches_changes_outside_the_chosen_positions():
 # ---- the experiment ----
 
 def _load_experiment():
-    spec = importlib.util.spec_from_file_location("finetune_experiment", ROOT/"experiments"/"finetune.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("finetune")
 
 
 def test_finetune_result_is_complete():
@@ -319,10 +314,7 @@ def test_early_stopping_keeps_the_best_evaluation():
 
 
 def _load_selection():
-    spec = importlib.util.spec_from_file_location("finetune_selection", ROOT/"experiments"/"finetune_selection.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("finetune_selection")
 
 
 def test_finetune_selection_result_is_complete():

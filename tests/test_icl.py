@@ -2,7 +2,6 @@
 file, and a slice of the experiment re-run (3 training steps, 4 test pieces, k = 0 and 1)."""
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
@@ -12,14 +11,11 @@ from transformerbook.evaluation import score_candidates, wilson_interval
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.tokenization import CharTokenizer
 
-from conftest import ROOT
+from conftest import load_experiment
 
 
 def _icl():
-    spec = importlib.util.spec_from_file_location("icl_experiment", ROOT/"experiments"/"icl.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("icl")
 
 
 def test_prompts_are_in_the_training_texts_format_and_seeded():

@@ -1,9 +1,7 @@
 """Chapter 11 (`transformerbook.interpret`): attention read-out, head scores on patterns with known answers, the
 induction training sampler and staged runs, the experiment's cheap slice and committed numbers, the checkers'
 meta-tests, and (when the cached models exist) the cached models measured again against the committed numbers."""
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +19,7 @@ from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.multihead import merge_heads, split_heads
 from transformerbook.training import TrainConfig, get_batch, load_checkpoint, load_model, train
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import load_experiment
 
 
 def _uniform(T):
@@ -299,10 +297,7 @@ def test_train_in_stages_bad_input(tmp_path):
 # --- the experiment ------------------------------------------------------------------------------------------------
 
 def _experiment():
-    spec = importlib.util.spec_from_file_location("induction_experiment", ROOT/"experiments"/"induction.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("induction")
 
 
 def test_experiment_json_is_complete():

@@ -4,10 +4,8 @@ checkpoint loader, the errors that name values, the KV-cache formula, the checke
 the ablation experiment."""
 from __future__ import annotations
 
-import importlib.util
 import math
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,8 +27,9 @@ from transformerbook.multihead import MultiHeadAttention
 from transformerbook.pretrained import config_from_llama, from_pretrained, load_llama_state_dict
 from transformerbook.sampling import KVCache, LayerKVCache, generate, kv_cache_bytes
 
+from conftest import load_experiment
+
 hf_logging.set_verbosity_error()
-ROOT = Path(__file__).resolve().parents[1]
 LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
            "original_max_position_embeddings": 16}
 
@@ -313,10 +312,7 @@ def test_checkers_pass_the_reference_and_reject_known_mistakes(case, capsys):
 
 
 def _experiment():
-    spec = importlib.util.spec_from_file_location("modern_ablation", ROOT / "experiments" / "modern_ablation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("modern_ablation")
 
 
 def test_ablation_variants_keep_the_parameter_count():

@@ -4,10 +4,8 @@ on every projection, K and V under grouped-query attention included), DPO's loss
 same log-probabilities, and the committed experiments."""
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections import defaultdict
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -23,7 +21,8 @@ from transformerbook.posttraining import (LORA_TARGETS, ChatTokenizer, LoRALinea
                                           sft_targets, unmerge_lora, with_chat_vocab)
 from transformerbook.tokenization import CharTokenizer, TiktokenGPT2
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_experiment
+
 CHAR = ChatTokenizer(CharTokenizer.train(load_tinyshakespeare()))
 GPT2 = ChatTokenizer(TiktokenGPT2())
 TOKENIZERS = {"char": CHAR, "gpt2": GPT2}
@@ -258,10 +257,7 @@ def test_cli_finetune_refuses_a_malformed_file(tmp_path, tiny_checkpoint, record
 # ---- the experiments ----
 
 def _load_experiment(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_experiment", ROOT/"experiments"/f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment(name)
 
 
 def test_sft_result_is_complete():
