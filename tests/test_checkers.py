@@ -101,7 +101,8 @@ def test_check_against_reference_accepts_a_right_answer_written_differently(caps
      "row means of x (3, 3): contains NaN (first at index (1,)); the reference has none."),
     # a crash in the learner's code: one line naming the call, not a traceback from the checker
     (lambda x: x[3], "fn(x (3, 3)) raised IndexError"),
-])
+], ids=["columns", "max", "scalar", "keepdim", "list", "nan", "raises"])  # ids of our own: pytest 8 and 9 name these
+# lambdas and long strings differently, and `make test-oldest` compares test ids with the locked run's
 def test_check_against_reference_rejects_each_kind_of_mistake(wrong, expected):
     with pytest.raises(AssertionError) as err:
         _check_row_means(wrong)
