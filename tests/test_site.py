@@ -212,8 +212,9 @@ def template_pages(pages: list[str]) -> set[str]:
 @pytest.fixture(scope="session")
 def visited(book, base_url, browser):
     """What a reader sees on each page of the toctree, read once per session at 1400 px and at 400 px, with the
-    console errors each page logged (and a screenshot of the top of each page at each width). One tab: a second tab
-    for the other width was slower (a tab in the background has its timers throttled, and axe-core uses them)."""
+    console errors each page logged (and, on request, a screenshot of the top of each page at each width). One tab: a
+    second tab for the other width was slower (a tab in the background has its timers throttled, and axe-core uses
+    them)."""
     out, pages, _ = book
     if SCREENSHOTS: SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page, seen, template = browser.new_page(), {}, template_pages(pages)
