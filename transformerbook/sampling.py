@@ -38,6 +38,18 @@ __all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_fil
            'encode_continuations', 'token_log_probs', 'score_continuations', 'repeated_ngram_fraction', 'self_bleu',
            'perplexity', 'beam_search']
 
+# %% ../nbs/07_sampling.ipynb #5e0a3c1d
+def _host_to_device(t: Tensor, # a tensor in host (CPU) memory
+                    device: torch.device, # where it is needed
+                   ) -> Tensor: # the same values on `device`
+    """`t` on `device`. To a GPU from pinned (page-locked) memory with `non_blocking=True`, so the copy is queued behind
+    the GPU's work: a plain `.to("cuda")` of host memory makes the host wait until the GPU has finished everything
+    queued before it (a host sync). On a CPU nothing is copied. `generate` copies one uniform number per row and token
+    this way; the training loop (chapter 08) copies its batches."""
+    if device.type != "cuda" or t.device.type != "cpu": return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 # %% ../nbs/07_sampling.ipynb #8c673759
 def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that must not be drawn
                        # one generator, or one per row
@@ -46,7 +58,8 @@ def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that mu
                       ) -> Tensor: # (B,) int64 token ids
     """Draw one token per row from softmax(logits) by inverse-CDF sampling: one uniform number per row.
 
-    With a list of B generators row b uses only `generator[b]`, so its draws do not depend on the other rows.
+    With a list of B generators row b uses only `generator[b]`, so its draws do not depend on the other rows. The
+    uniform numbers come from CPU generators whatever the device of `logits`: a seed gives the same numbers on a GPU.
     Raises `ValueError` for a bad shape, a row that is all -inf or NaN, or a generator list of the wrong length."""
     if logits.dim() != 2:
         raise ValueError(f"logits must have shape (B, V), got {tuple(logits.shape)}")
@@ -60,9 +73,10 @@ def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that mu
             raise ValueError(f"got {len(generator)} generators for a batch of B={B} rows")
         r = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generator])  # (B,)
     else:
-        r = torch.rand(B, generator=generator, dtype=torch.float64)  # (B,)
+        r = torch.rand(B, generator=generator, dtype=torch.float64)  # (B,), drawn on the CPU on every device
     cdf = probs.cumsum(-1)  # (B, V), c_i
-    idx = torch.searchsorted(cdf, (r.to(cdf.device) * cdf[:, -1])[:, None], right=True)  # (B, 1): first c_i > r
+    r = _host_to_device(r, cdf.device)  # on a GPU, queued behind its work: no wait per token
+    idx = torch.searchsorted(cdf, (r * cdf[:, -1])[:, None], right=True)  # (B, 1): first c_i > r
     return idx.squeeze(-1).clamp_(max=V - 1)
 
 # %% ../nbs/07_sampling.ipynb #b7d64a9e
@@ -225,7 +239,7 @@ def _next_token(logits: Tensor, # (B, V) float
     """Greedy (temperature 0, J&M eq. 10.46) or a draw from the warped distribution (eqs. 10.47–10.49). Reads nothing
     back to the host: `generate` checks the logits for NaN once, after its loop."""
     if temperature == 0: return logits.argmax(-1)
-    return sample_from_logits(_warp(logits, temperature, top_k, top_p), generator, check=False).to(logits.device)
+    return sample_from_logits(_warp(logits, temperature, top_k, top_p), generator, check=False)
 
 # %% ../nbs/07_sampling.ipynb #e58b1b74
 def _retire_finished(next_ids: Tensor, # (B,) the tokens just picked

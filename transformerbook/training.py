@@ -47,6 +47,7 @@ from .blocks import OLD_NORM_NAMES
 from .lm_head import GPT, GPTConfig, eval_mode
 from .model_cache import run_dir
 from .recipes import DTYPES, TrainConfig, new_run_config, preset_configs
+from .sampling import _host_to_device
 from .validation import check_choice, check_ids, check_ids_below, check_nonnegative_int
 
 # Re-exported: the chapter's names readers import from `transformerbook.training`, whatever room they live in.
@@ -132,10 +133,9 @@ def _checked_batch(token_ids: Tensor, targets: Tensor, # (B, T) integer ids, fro
     return token_ids, targets
 
 def _to_device(token_ids: Tensor, targets: Tensor, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Both on `device`. To a GPU from pinned (page-locked) host memory with `non_blocking=True`: the copy is queued
-    behind the GPU's work instead of making the host wait for it. On a CPU (or already there) nothing is copied."""
-    if device.type != "cuda" or token_ids.device.type != "cpu": return token_ids.to(device), targets.to(device)
-    return tuple(t.pin_memory().to(device, non_blocking=True) for t in (token_ids, targets))
+    """Both on `device`, by `_host_to_device` (chapter 07): to a GPU from pinned host memory with `non_blocking=True`,
+    queued behind the GPU's work instead of making the host wait for it. On a CPU nothing is copied."""
+    return _host_to_device(token_ids, device), _host_to_device(targets, device)
 
 
 # %% ../nbs/08_training.ipynb #3f79c171
