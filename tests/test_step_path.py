@@ -96,18 +96,21 @@ def test_generation_reads_the_prompt_once_not_per_token():
 
 
 def test_generation_copies_its_random_numbers_without_waiting_for_the_device(monkeypatch):
-    """Sampling draws its uniform numbers on the CPU (the same seed, the same tokens on every device) and hands each
+    """Sampling draws its uniform numbers on the CPU (a seed gives the same numbers on every device) and hands each
     token's numbers to `_host_to_device`, whose CUDA branch queues the copy from pinned memory (the next test) instead
     of `.to("cuda")`, which would make the host wait for the GPU at every token."""
     from transformerbook import sampling
-    copies = []
-    real = sampling._host_to_device
-    monkeypatch.setattr(sampling, "_host_to_device", lambda t, device: copies.append((t.dtype, tuple(t.shape),
-                                                                                      t.device, device)) or real(t, device))
+    copies, real = [], sampling._host_to_device
+
+    def recorded(t, device):
+        copies.append((t.dtype, tuple(t.shape), t.device, device))
+        return real(t, device)
+
+    monkeypatch.setattr(sampling, "_host_to_device", recorded)
     model = GPT(GPTConfig(**MODEL)).eval()
     out = generate(model, [[1, 2, 3], [4, 5, 6]], 5, temperature=1.0, generator=torch.Generator().manual_seed(0))
     cpu = torch.device("cpu")
-    assert copies == [(torch.float64, (2,), cpu, cpu)] * 5  # one (B,) copy per token, nothing else crosses
+    assert copies == [(torch.float64, (2,), cpu, cpu)] * 5  # one (B,) float64 copy per token, through the helper
     monkeypatch.setattr(sampling, "_host_to_device", real)
     again = generate(model, [[1, 2, 3], [4, 5, 6]], 5, temperature=1.0, generator=torch.Generator().manual_seed(0))
     assert torch.equal(out, again)  # the recording changed nothing
