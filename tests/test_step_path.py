@@ -307,3 +307,33 @@ def test_prepare_keeps_literal_end_of_text_markers(tmp_path):
     status, _, err = run("prepare", "--data", tmp_path/"stories.txt", "--out", tmp_path/"c", "--allowed-special",
                          "--no-progress")
     assert status == 2 and "allow_special needs the gpt2 tokenizer" in err
+
+
+def test_side_by_side_reads_both_programs_evaluations():
+    """bench/side_by_side.py (issue 27's comparison with nanoGPT) finds every evaluation in both programs' logs: the
+    book's lines as its CLI writes them, and nanoGPT's as its train.py formats them (`step {iter_num}: train loss
+    {:.4f}, val loss {:.4f}`); the book's closing summary repeats the last evaluation and is not counted twice."""
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    from transformerbook.cli import _eval_logger
+    path = Path(__file__).parents[1] / "bench" / "side_by_side.py"
+    spec = importlib.util.spec_from_file_location("side_by_side", path)
+    sbs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sbs)
+    lines = []
+    log = _eval_logger(lines.append, "baby-gpt-char", True, (1.0, 1.0))
+    for step, (tr, va) in ((0, (4.19, 4.2)), (250, (1.9653, 2.0661)), (1750, (1.81, 1.9092))):
+        log(step, {"train": tr, "val": va})
+    lines.append("step 1750: train loss 1.8100, val loss 1.9092 (2.754 bits/byte); best val loss 1.9092 (step 1750)")
+    assert sbs.evaluations("\n".join(lines)) == [(0, 4.19, 4.2), (250, 1.9653, 2.0661), (1750, 1.81, 1.9092)]
+    nano = "iter 0: loss 4.2, time 10ms, mfu -100.00%\nstep 250: train loss 1.9653, val loss 2.0661\nsaving checkpoint"
+    assert sbs.evaluations(nano) == [(250, 1.9653, 2.0661)]
+    book_cmd, nano_cmd, _ = sbs.commands(argparse.Namespace(gpu=True, max_iters=None), Path("out"))
+    assert " ".join(book_cmd).endswith("--preset gpu-shakespeare-char --device cuda --dtype bfloat16 --compile")
+    assert nano_cmd[1:3] == ["train.py", "config/train_shakespeare_char.py"] and "--compile=True" in nano_cmd
+    book_cmd, nano_cmd, env = sbs.commands(argparse.Namespace(gpu=False, max_iters=20), Path("out"))
+    assert env["OMP_NUM_THREADS"] == "1" and "--bias=True" in nano_cmd  # the baby GPT has GPT-2's biases
+    assert book_cmd[-4:] == ["--max-iters", "20", "--lr-decay-iters", "20"] and nano_cmd[-2:] == ["--max_iters=20",
+                                                                                                 "--lr_decay_iters=20"]
