@@ -13,43 +13,16 @@ for every queued kernel and leaves the GPU idle while Python prepares the next s
 from __future__ import annotations
 
 import argparse
-import inspect
 import statistics
 import time
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 
 from transformerbook.lm_head import GPT
-from transformerbook.scale import matmul_peak_flops, mfu, model_flops_per_token
+from transformerbook.scale import count_host_reads, matmul_peak_flops, mfu, model_flops_per_token
 from transformerbook.training import (configure_optimizer, estimate_loss, get_batch, load_dataset, lr_at,
                                       preset_configs, train)
-
-
-@contextmanager
-def count_host_reads(counts: dict):
-    """Count reads of a tensor's value to the host whose caller is a module of `transformerbook`, by the caller's
-    `module:function`: `item`, `__bool__`, `__float__`, `__int__` of a 0-dim tensor, and `tolist` of a floating-point
-    one (the batch sampler's int64 offsets come from a CPU generator and never live on a device)."""
-    names = ("item", "tolist", "__bool__", "__float__", "__int__")
-    saved = {n: getattr(torch.Tensor, n) for n in names}
-
-    def wrap(name, fn):
-        def counted(self, *a, **k):
-            caller = inspect.currentframe().f_back
-            mod = caller.f_globals.get("__name__", "")
-            counted_kind = self.is_floating_point() if name == "tolist" else (name == "item" or self.dim() == 0)
-            if mod.startswith("transformerbook") and counted_kind:
-                key = f"{mod}:{caller.f_code.co_name}"
-                counts[key] = counts.get(key, 0) + 1
-            return fn(self, *a, **k)
-        return counted
-
-    for n, fn in saved.items(): setattr(torch.Tensor, n, wrap(n, fn))
-    try: yield counts
-    finally:
-        for n, fn in saved.items(): setattr(torch.Tensor, n, fn)
 
 
 def _sync(device: torch.device) -> None:
@@ -104,13 +77,11 @@ def train_wall(model_cfg, train_cfg, train_ids, val_ids, device, n_steps: int) -
                   n_steps // 10), eval_interval=n_steps)
     torch.manual_seed(0)
     model = GPT(model_cfg).to(device)
-    counts = {}
-    with count_host_reads(counts):
+    with count_host_reads() as counts:
         start = _tick(device)
         history = train(model, train_ids, val_ids, train_cfg, progress=False)
         wall = _tick(device) - start
-    eval_counts = {}
-    with count_host_reads(eval_counts):
+    with count_host_reads() as eval_counts:
         start = time.perf_counter()
         with torch.autocast(device.type, dtype=getattr(torch, train_cfg.dtype), enabled=train_cfg.dtype != "float32"):
             estimate_loss(model, {"train": train_ids, "val": val_ids}, train_cfg.batch_size, train_cfg.eval_iters)

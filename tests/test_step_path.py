@@ -5,7 +5,6 @@ end-of-text markers). Small models only: every test here runs in seconds."""
 from __future__ import annotations
 
 import contextlib
-import inspect
 import io
 import json
 import math
@@ -18,35 +17,12 @@ from transformerbook import recipes, training
 from transformerbook.cli import main
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.sampling import generate
+from transformerbook.scale import count_host_reads
 from transformerbook.training import (BEST_CHECKPOINT_NAME, TrainConfig, estimate_loss, load_checkpoint, load_model,
                                       model_file, train)
 
 V = 11
 MODEL = dict(vocab_size=V, context_length=8, d_model=32, n_heads=2, n_layers=1)
-
-
-@contextlib.contextmanager
-def host_reads():
-    """Count reads of a tensor's value to the host by callers inside the package: `item`, `__bool__`, `__float__` and
-    `__int__` of a 0-dim tensor, and `tolist` of a floating-point one (the sampler's offsets, int64 from a CPU
-    generator, never live on a device). Yields a list of 'module:function' names, one per read."""
-    names = ("item", "tolist", "__bool__", "__float__", "__int__")
-    saved = {n: getattr(torch.Tensor, n) for n in names}
-    reads = []
-
-    def wrap(name, fn):
-        def counted(self, *a, **k):
-            caller = inspect.currentframe().f_back
-            module = caller.f_globals.get("__name__", "")
-            counts = self.is_floating_point() if name == "tolist" else (name == "item" or self.dim() == 0)
-            if module.startswith("transformerbook") and counts: reads.append(f"{module}:{caller.f_code.co_name}")
-            return fn(self, *a, **k)
-        return counted
-
-    for n, fn in saved.items(): setattr(torch.Tensor, n, wrap(n, fn))
-    try: yield reads
-    finally:
-        for n, fn in saved.items(): setattr(torch.Tensor, n, fn)
 
 
 def noisy(n: int, p: float, g: torch.Generator) -> torch.Tensor:
@@ -67,21 +43,25 @@ OVERFIT = dict(max_iters=50, batch_size=8, learning_rate=1e-2, min_lr=1e-2, warm
 def test_the_counter_counts_a_read():
     "The counter is not blind: a loss read with .item() or `if tensor` inside the package is counted."
     model = GPT(GPTConfig(**MODEL))
-    with host_reads() as reads:
+    with count_host_reads() as reads:
         estimate_loss(model, {"val": data()[1]}, batch_size=2, eval_iters=3)
-    assert reads == ["transformerbook.training:estimate_loss"]  # one read for the split, not one per batch
+    assert reads == {"transformerbook.training:estimate_loss": 1}  # one read for the split, not one per batch
+    loss = torch.tensor(2.0)
+    with count_host_reads(prefix=__name__) as reads:
+        values = [bool(loss > 1), float(loss), loss.item(), torch.arange(3.0).tolist(), torch.arange(3).tolist()]
+    assert reads == {f"{__name__}:test_the_counter_counts_a_read": 4}, values  # all but the integer list
+    assert torch.Tensor.item.__name__ == "item"  # the methods are restored afterwards
 
 
 def test_at_most_one_host_read_per_log_interval():
     tr, va = data()
     train_cfg = TrainConfig(**{**OVERFIT, "max_iters": 12, "eval_interval": 12, "log_interval": 4})
     torch.manual_seed(0)
-    with host_reads() as reads:
+    with count_host_reads() as reads:
         history = train(GPT(GPTConfig(**MODEL)), tr, va, train_cfg, progress=False)
-    evaluations = [r for r in reads if r.endswith(":estimate_loss")]
-    assert len(history.steps) == 2 and len(evaluations) == 2 * 2  # two evaluations, one read per split each
-    step_reads = [r for r in reads if not r.endswith(":estimate_loss")]
-    assert len(step_reads) <= math.ceil(train_cfg.max_iters / train_cfg.log_interval), step_reads  # 3 for 12 steps
+    evaluations = reads.pop("transformerbook.training:estimate_loss")
+    assert len(history.steps) == 2 and evaluations == 2 * 2  # two evaluations, one read per split each
+    assert sum(reads.values()) <= math.ceil(train_cfg.max_iters / train_cfg.log_interval), reads  # 3 for 12 steps
     assert len(history.iter_loss) == 12 and all(math.isfinite(x) for x in history.iter_loss)
 
 
@@ -89,9 +69,9 @@ def test_generation_reads_the_prompt_once_not_per_token():
     model = GPT(GPTConfig(**MODEL)).eval()
     counts = []
     for n in (2, 7):
-        with host_reads() as reads:
+        with count_host_reads() as reads:
             generate(model, [1, 2, 3], n, temperature=1.0, generator=torch.Generator().manual_seed(0))
-        counts.append(len(reads))
+        counts.append(sum(reads.values()))
     assert counts[0] == counts[1] <= 4, counts  # the prompt's checks and one NaN test after the loop; none per token
 
 

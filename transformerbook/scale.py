@@ -11,8 +11,9 @@ matrix multiply reaches, and `mfu(tokens_per_s, flops_per_token, peak_flops)` is
 and the three ZeRO stages (`ZERO_STAGES`; stage 3 is PyTorch's FSDP); chapter 6's `GPT.n_params` on the meta device
 counts a model's parameters without allocating them (`gpt_n_params`, which did that here, is deprecated).
 `checkpoint_blocks(model)` turns on activation checkpointing in a GPT's blocks, and `saved_activation_bytes(model,
-token_ids, targets)` measures the bytes autograd keeps for one training step's backward pass. The
-trainer itself, with the switches this chapter explains (`grad_accum_steps`, `dtype`, `compile`, torchrun), is
+token_ids, targets)` measures the bytes autograd keeps for one training step's backward pass.
+`count_host_reads()` counts, by caller, the reads of a tensor's value into Python, each of which makes the host wait
+for a GPU. The trainer itself, with the switches this chapter explains (`grad_accum_steps`, `dtype`, `compile`, torchrun), is
 `transformerbook.training.train`.
 
 Docs: https://transformerbook.github.io/transformerbook/scale.html.md"""
@@ -22,8 +23,12 @@ Docs: https://transformerbook.github.io/transformerbook/scale.html.md"""
 # %% ../nbs/08b_scale.ipynb #f2b445f1
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 
 import torch
@@ -35,7 +40,7 @@ from .validation import check_instance, check_positive_int
 
 # %% auto #0
 __all__ = ['ZERO_STAGES', 'model_flops_per_token', 'matmul_peak_flops', 'mfu', 'sharded_memory', 'checkpoint_blocks',
-           'saved_activation_bytes']
+           'saved_activation_bytes', 'count_host_reads']
 
 # %% ../nbs/08b_scale.ipynb #091f2bfa
 def model_flops_per_token(model_cfg: GPTConfig, # the model, with any of its switches
@@ -136,3 +141,32 @@ def saved_activation_bytes(model: torch.nn.Module, # any model mapping token_ids
         loss = F.cross_entropy(model(token_ids).flatten(0, 1), targets.flatten())  # (B·T, V) against (B·T,)
     loss.backward()
     return sum(kept.values())
+
+# %% ../nbs/08b_scale.ipynb #7c1e5a21
+_HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__")
+
+@contextmanager
+def count_host_reads(prefix: str = "transformerbook", # count only callers in modules whose name starts with this
+                    ) -> Iterator[Counter]: # {"module:function": reads}, filled while the block runs
+    """Count the reads of a tensor's value into Python (each one makes the host wait for the device: chapter 08b) by
+    the caller's `module:function`: `item`, and `__bool__`, `__float__`, `__int__` of a 0-dim tensor (`if t`,
+    `float(t)`), and `tolist` of a floating-point tensor (integer lists, such as the batch sampler's offsets drawn on
+    the CPU, never come from a device). It replaces those methods of `torch.Tensor` while the block runs and restores
+    them afterwards, so it is for measuring, not for production code, and not thread-safe. Operations inside torch that
+    wait for the device without such a call (a blocking copy) are not counted."""
+    saved, reads = {name: getattr(torch.Tensor, name) for name in _HOST_READS}, Counter()
+
+    def counted(name, method):
+        def read(self, *args, **kwargs):
+            caller = inspect.currentframe().f_back
+            module = caller.f_globals.get("__name__", "")
+            is_read = self.is_floating_point() if name == "tolist" else (name == "item" or self.dim() == 0)
+            if is_read and module.startswith(prefix): reads[f"{module}:{caller.f_code.co_name}"] += 1
+            return method(self, *args, **kwargs)
+        return read
+
+    for name, method in saved.items(): setattr(torch.Tensor, name, counted(name, method))
+    try: yield reads
+    finally:
+        for name, method in saved.items(): setattr(torch.Tensor, name, method)
+
