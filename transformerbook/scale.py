@@ -13,8 +13,8 @@ counts a model's parameters without allocating them (`gpt_n_params`, which did t
 `checkpoint_blocks(model)` turns on activation checkpointing in a GPT's blocks, and `saved_activation_bytes(model,
 token_ids, targets)` measures the bytes autograd keeps for one training step's backward pass.
 `count_host_reads()` counts, by caller, the reads of a tensor's value into Python, each of which makes the host wait
-for a GPU. The trainer itself, with the switches this chapter explains (`grad_accum_steps`, `dtype`, `compile`, torchrun), is
-`transformerbook.training.train`.
+for a GPU. The trainer itself, with the switches this chapter explains (`grad_accum_steps`, `dtype`, `compile`,
+torchrun), is `transformerbook.training.train`.
 
 Docs: https://transformerbook.github.io/transformerbook/scale.html.md"""
 
@@ -148,8 +148,8 @@ _HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__")
 @contextmanager
 def count_host_reads(prefix: str = "transformerbook", # count only callers in modules whose name starts with this
                     ) -> Iterator[Counter]: # {"module:function": reads}, filled while the block runs
-    """Count the reads of a tensor's value into Python (each one makes the host wait for the device: chapter 08b) by
-    the caller's `module:function`: `item`, and `__bool__`, `__float__`, `__int__` of a 0-dim tensor (`if t`,
+    """Count the reads of a tensor's value into Python (on a GPU each one makes the host wait for the device) by the
+    caller's `module:function`: `item`, and `__bool__`, `__float__`, `__int__` of a 0-dim tensor (`if t`,
     `float(t)`), and `tolist` of a floating-point tensor (integer lists, such as the batch sampler's offsets drawn on
     the CPU, never come from a device). It replaces those methods of `torch.Tensor` while the block runs and restores
     them afterwards, so it is for measuring, not for production code, and not thread-safe. Operations inside torch that
