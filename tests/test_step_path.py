@@ -77,35 +77,35 @@ def test_generation_reads_the_prompt_once_not_per_token():
 
 def test_generation_copies_its_random_numbers_without_waiting_for_the_device(monkeypatch):
     """Sampling draws its uniform numbers on the CPU (a seed gives the same numbers on every device) and hands each
-    token's numbers to `_host_to_device`, whose CUDA branch queues the copy from pinned memory (the next test) instead
-    of `.to("cuda")`, which would make the host wait for the GPU at every token."""
+    token's numbers to `sampling.host_to_device`, whose CUDA branch queues the copy from pinned memory (the next test)
+    instead of `.to("cuda")`, which would make the host wait for the GPU at every token."""
     from transformerbook import sampling
-    copies, real = [], sampling._host_to_device
+    copies, real = [], sampling.host_to_device
 
     def recorded(t, device):
         copies.append((t.dtype, tuple(t.shape), t.device, device))
         return real(t, device)
 
-    monkeypatch.setattr(sampling, "_host_to_device", recorded)
+    monkeypatch.setattr(sampling, "host_to_device", recorded)
     model = GPT(GPTConfig(**MODEL)).eval()
     out = generate(model, [[1, 2, 3], [4, 5, 6]], 5, temperature=1.0, generator=torch.Generator().manual_seed(0))
     cpu = torch.device("cpu")
     assert copies == [(torch.float64, (2,), cpu, cpu)] * 5  # one (B,) float64 copy per token, through the helper
-    monkeypatch.setattr(sampling, "_host_to_device", real)
+    monkeypatch.setattr(sampling, "host_to_device", real)
     again = generate(model, [[1, 2, 3], [4, 5, 6]], 5, temperature=1.0, generator=torch.Generator().manual_seed(0))
     assert torch.equal(out, again)  # the recording changed nothing
 
 
 def test_host_to_device_pins_and_queues_on_cuda(monkeypatch):
-    "The CUDA branch of `_host_to_device`, reached on a CPU by recording the calls it makes."
-    from transformerbook.sampling import _host_to_device
+    "The CUDA branch of `host_to_device` (batches and sampling), reached on a CPU by recording the calls it makes."
+    from transformerbook.sampling import host_to_device
     calls = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or self)
     monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: calls.append((a, k)) or self)
-    _host_to_device(torch.zeros(3, dtype=torch.float64), torch.device("cuda"))
+    host_to_device(torch.zeros(3, dtype=torch.float64), "cuda")
     assert calls == ["pin", ((torch.device("cuda"),), {"non_blocking": True})]
     calls.clear()
-    _host_to_device(torch.zeros(3), torch.device("cpu"))
+    host_to_device(torch.zeros(3), torch.device("cpu"))
     assert calls == [((torch.device("cpu"),), {})]  # the CPU path: a plain .to, which copies nothing
 
 

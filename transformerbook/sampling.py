@@ -5,7 +5,8 @@ models as task solvers (J&M 10.7–10.8).
 top_p)` decodes a batch with a KV cache (temperature 0 is greedy): `KVCache` holds one `LayerKVCache` per layer, the
 keys and values of every position so far in buffers allocated once, (B, n_kv_heads, S, d_head) views of which each
 step extends. Its pieces work on (..., V) logits: `apply_temperature`, `top_k_filter` and `top_p_filter`, chained by
-`warp_logits`, then `sample_from_logits` draws one token per row. `beam_search(model, token_ids, max_new_tokens,
+`warp_logits`, then `sample_from_logits` draws one token per row (`host_to_device` takes its random numbers to a
+GPU without waiting for it). `beam_search(model, token_ids, max_new_tokens,
 num_beams, length_penalty)` keeps the $K$ best prefixes of one prompt (as Hugging Face's `num_beams`).
 `kv_cache_bytes` gives a cache's memory, `token_log_probs` reads the chain rule's terms from logits,
 `score_continuations` (on `encode_continuations`'s ids) and `perplexity` turn
@@ -34,18 +35,20 @@ from .kv_cache import KVCache, LayerKVCache, kv_cache_bytes  # noqa: F401  (re-e
 
 
 # %% auto #0
-__all__ = ['sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'generate',
+__all__ = ['host_to_device', 'sample_from_logits', 'apply_temperature', 'top_k_filter', 'top_p_filter', 'warp_logits', 'generate',
            'encode_continuations', 'token_log_probs', 'score_continuations', 'repeated_ngram_fraction', 'self_bleu',
            'perplexity', 'beam_search']
 
 # %% ../nbs/07_sampling.ipynb #5e0a3c1d
-def _host_to_device(t: Tensor, # a tensor in host (CPU) memory
-                    device: torch.device, # where it is needed
-                   ) -> Tensor: # the same values on `device`
-    """`t` on `device`. To a GPU from pinned (page-locked) memory with `non_blocking=True`, so the copy is queued behind
-    the GPU's work: a plain `.to("cuda")` of host memory makes the host wait until the GPU has finished everything
-    queued before it (a host sync). On a CPU nothing is copied. `generate` copies one uniform number per row and token
-    this way; the training loop (chapter 08) copies its batches."""
+def host_to_device(t: Tensor, # a tensor in host (CPU) memory: sampling's uniform numbers, a training batch
+                   device: torch.device | str, # where it is needed
+                  ) -> Tensor: # the same values on `device`: `t` itself when it is there already
+    """`t` on `device` without making the host wait for a GPU: to CUDA from pinned (page-locked) memory with
+    `non_blocking=True`, queued behind the GPU's work. A plain `.to("cuda")` of ordinary memory waits until the GPU has
+    finished everything queued before it: a host sync, which costs what a read of a value does (chapter 08b). On a
+    CPU, or for a tensor that is not in host memory, it is `t.to(device)`. `generate` sends each token's uniform
+    numbers this way, and chapter 8's training loop its batches."""
+    device = torch.device(device)
     if device.type != "cuda" or t.device.type != "cpu": return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
 
@@ -75,7 +78,7 @@ def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that mu
     else:
         r = torch.rand(B, generator=generator, dtype=torch.float64)  # (B,), drawn on the CPU on every device
     cdf = probs.cumsum(-1)  # (B, V), c_i
-    r = _host_to_device(r, cdf.device)  # on a GPU, queued behind its work: no wait per token
+    r = host_to_device(r, cdf.device)  # on a GPU, queued behind its work: no wait per token
     idx = torch.searchsorted(cdf, (r * cdf[:, -1])[:, None], right=True)  # (B, 1): first c_i > r
     return idx.squeeze(-1).clamp_(max=V - 1)
 

@@ -47,7 +47,7 @@ from .blocks import OLD_NORM_NAMES
 from .lm_head import GPT, GPTConfig, eval_mode
 from .model_cache import run_dir
 from .recipes import DTYPES, TrainConfig, new_run_config, preset_configs
-from .sampling import _host_to_device
+from .sampling import host_to_device
 from .validation import check_choice, check_ids, check_ids_below, check_nonnegative_int
 
 # Re-exported: the chapter's names readers import from `transformerbook.training`, whatever room they live in.
@@ -133,9 +133,9 @@ def _checked_batch(token_ids: Tensor, targets: Tensor, # (B, T) integer ids, fro
     return token_ids, targets
 
 def _to_device(token_ids: Tensor, targets: Tensor, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Both on `device`, by `_host_to_device` (chapter 07): to a GPU from pinned host memory with `non_blocking=True`,
+    """Both on `device`, by chapter 7's `host_to_device`: to a GPU from pinned host memory with `non_blocking=True`,
     queued behind the GPU's work instead of making the host wait for it. On a CPU nothing is copied."""
-    return _host_to_device(token_ids, device), _host_to_device(targets, device)
+    return host_to_device(token_ids, device), host_to_device(targets, device)
 
 
 # %% ../nbs/08_training.ipynb #3f79c171
