@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 EVAL_LINE = re.compile(r"^step ([\d,]+): train loss ([\d.]+)[^,]*, val loss ([\d.]+)", re.M)
 
 BABY_NANOGPT = ["--device=cpu", "--compile=False", "--eval_iters=20", "--log_interval=1", "--block_size=64",
@@ -59,7 +61,7 @@ def commands(args, out: Path) -> tuple[list[str], list[str], dict]:
     else:
         env["OMP_NUM_THREADS"] = "1"
         nano += BABY_NANOGPT
-    if args.max_iters:
+    if args.max_iters is not None:
         book += ["--max-iters", str(args.max_iters), "--lr-decay-iters", str(args.max_iters)]
         nano += [f"--max_iters={args.max_iters}", f"--lr_decay_iters={args.max_iters}"]
     return book, nano, env
@@ -97,6 +99,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not (args.nanogpt / "train.py").exists(): ap.error(f"--nanogpt {args.nanogpt}: no train.py there")
     if args.pairs < 1: ap.error(f"--pairs={args.pairs} must be >= 1")
+    if args.max_iters is not None and args.max_iters < 1: ap.error(f"--max-iters={args.max_iters} must be >= 1")
     args.out.mkdir(parents=True, exist_ok=True)
     prepare_nanogpt_data(args.nanogpt)
     book, nano, env = commands(args, args.out.resolve())
@@ -109,7 +112,6 @@ def main(argv=None) -> int:
               f"(step {a['best_step']}), exit {a['rc']}; nanoGPT {b['wall_s']:.1f} s wall, {b['cpu_s']:.1f} s CPU, "
               f"best val {b['best_val']} (step {b['best_step']}), exit {b['rc']}", flush=True)
     ratio = {k: statistics.median(r["book"][k] / r["nanogpt"][k] for r in runs) for k in ("wall_s", "cpu_s")}
-    import torch
     result = {"command": " ".join(sys.argv), "book_cmd": book, "nanogpt_cmd": nano, "torch": torch.__version__,
               "device": torch.cuda.get_device_name() if args.gpu else "cpu", "date": time.strftime("%Y-%m-%d"),
               "runs": runs, "median_ratio": ratio}

@@ -47,7 +47,8 @@ def host_to_device(t: Tensor, # a tensor in host (CPU) memory: sampling's unifor
     `non_blocking=True`, queued behind the GPU's work. A plain `.to("cuda")` of ordinary memory waits until the GPU has
     finished everything queued before it: a host sync, which costs what a read of a value does (chapter 08b). On a
     CPU, or for a tensor that is not in host memory, it is `t.to(device)`. `generate` sends each token's uniform
-    numbers this way, and chapter 8's training loop its batches."""
+    numbers this way, and chapter 8's training loop its batches. Raises torch's `RuntimeError` for a device this
+    machine does not have."""
     device = torch.device(device)
     if device.type != "cuda" or t.device.type != "cpu": return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)

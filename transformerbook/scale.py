@@ -152,8 +152,9 @@ def count_host_reads(prefix: str = "transformerbook", # count only callers in mo
     caller's `module:function`: `item`, and `__bool__`, `__float__`, `__int__` of a 0-dim tensor (`if t`,
     `float(t)`), and `tolist` of a floating-point tensor (integer lists, such as the batch sampler's offsets drawn on
     the CPU, never come from a device). It replaces those methods of `torch.Tensor` while the block runs and restores
-    them afterwards, so it is for measuring, not for production code, and not thread-safe. Operations inside torch that
-    wait for the device without such a call (a blocking copy) are not counted."""
+    them afterwards, even when the block raises, so it is for measuring, not for production code, and not thread-safe.
+    Operations inside torch that wait for the device without such a call (a blocking copy) are not counted. Raises
+    nothing of its own."""
     saved, reads = {name: getattr(torch.Tensor, name) for name in _HOST_READS}, Counter()
 
     def counted(name, method):
