@@ -7,12 +7,15 @@ separate programs, and what is compared is what a reader waits for, start-up, da
     python bench/side_by_side.py --nanogpt PATH/TO/nanoGPT --pairs 2
     # the GPU recipe (chapter 08b): gpu-shakespeare-char against config/train_shakespeare_char.py, bf16, compiled
     python bench/side_by_side.py --nanogpt PATH/TO/nanoGPT --gpu --pairs 1
+    # the same with the book's step replayed as CUDA graphs (nanoGPT's command unchanged)
+    python bench/side_by_side.py --nanogpt PATH/TO/nanoGPT --gpu --compile-mode reduce-overhead
 
 `--nanogpt` is a checkout of github.com/karpathy/nanoGPT. Its `data/shakespeare_char/` is prepared with nanoGPT's
 own `prepare.py` from the book's copy of TinyShakespeare when the .bin files are missing (not timed). nanoGPT's
 `train.py` defaults to `bias=False`; the baby GPT has GPT-2's biases, so on the CPU it gets `--bias=True` (its GPU
-config keeps nanoGPT's own settings, which the book's preset copies). `--max-iters N` shortens both runs alike (a
-trial of the script, not a comparison of quality).
+config keeps nanoGPT's own settings, which the book's preset copies: no biases, exact GELU, since 2026-11-27).
+`--compile-mode` is passed to the book's command only (torch.compile's mode; nanoGPT's `train.py` has no such
+option). `--max-iters N` shortens both runs alike (a trial of the script, not a comparison of quality).
 """
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ def commands(args, out: Path) -> tuple[list[str], list[str], dict]:
     env = dict(os.environ)
     if args.gpu:
         book += ["--preset", "gpu-shakespeare-char", "--device", "cuda", "--dtype", "bfloat16", "--compile"]
+        if getattr(args, "compile_mode", None): book += ["--compile-mode", args.compile_mode]
         nano += ["--device=cuda", "--dtype=bfloat16", "--compile=True"]
     else:
         env["OMP_NUM_THREADS"] = "1"
@@ -95,10 +99,12 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu", action="store_true", help="the GPU recipe (gpu-shakespeare-char, bf16, compiled)")
     ap.add_argument("--pairs", type=int, default=1, help="book/nanoGPT pairs, run in turns")
     ap.add_argument("--max-iters", type=int, default=None, help="shorten both runs (a trial of the script)")
+    ap.add_argument("--compile-mode", default=None, help="with --gpu: torch.compile's mode for the book's run")
     ap.add_argument("--out", type=Path, default=Path("side_by_side_out"), help="logs, checkpoints and results.json")
     args = ap.parse_args(argv)
     if not (args.nanogpt / "train.py").exists(): ap.error(f"--nanogpt {args.nanogpt}: no train.py there")
     if args.pairs < 1: ap.error(f"--pairs={args.pairs} must be >= 1")
+    if args.compile_mode and not args.gpu: ap.error(f"--compile-mode={args.compile_mode} needs --gpu")
     if args.max_iters is not None and args.max_iters < 1: ap.error(f"--max-iters={args.max_iters} must be >= 1")
     args.out.mkdir(parents=True, exist_ok=True)
     prepare_nanogpt_data(args.nanogpt)

@@ -12,8 +12,10 @@ The names are those of `RUNS`: a preset of `training.PRESETS` and the settings c
 presets unchanged; "gpu-shakespeare-char-cpu" is the GPU recipe's model and code path at a size two CPU cores
 finish in minutes (see `RUNS`), the stand-in the chapter shows while the book has no GPU to run the recipe itself.
 
-Each entry records the command that made it, its preset, its overrides and its date. A finished (name, seed) is kept
-in the JSON and skipped on the next call, so an interrupted sweep continues.
+Each entry records the command that made it, its preset, its overrides, its model (`GPTConfig.to_dict()`) and its
+date. A finished (name, seed) is kept in the JSON and skipped on the next call, so an interrupted sweep continues;
+an entry whose recorded model is not the preset's model now is measured again (entries made before the model was
+recorded are kept as they are).
 """
 from __future__ import annotations
 
@@ -96,13 +98,18 @@ def main(argv=None):
     for name in args.presets:
         preset, overrides = RUNS[name]
         entry = data["results"].setdefault(name, {"runs": {}})
+        model = run_configs(name, args.seeds[0])[0].to_dict()
+        if entry.get("model", model) != model:  # the preset's model changed since: its old curves no longer apply
+            print(f"{name}: the preset's model changed, its {len(entry['runs'])} seed(s) are measured again",
+                  file=sys.stderr, flush=True)
+            entry = data["results"][name] = {"runs": {}}
         for seed in args.seeds:
             if str(seed) in entry["runs"]: continue
             print(f"{name} seed {seed} ...", file=sys.stderr, flush=True)
             entry["runs"][str(seed)] = run_one(name, seed, args.eval_interval)
             train_cfg = run_configs(name, seed, args.eval_interval)[1]
             entry.update(summarise(entry["runs"]), eval_interval=train_cfg.eval_interval, preset=preset,
-                         overrides=overrides, command=command, created=datetime.date.today().isoformat())
+                         overrides=overrides, model=model, command=command, created=datetime.date.today().isoformat())
             # the file's own command, seeds and date: every entry's command, all seeds, the latest date
             data.update(command=" ; ".join(dict.fromkeys(e["command"] for e in data["results"].values())),
                         seeds=sorted({int(s) for e in data["results"].values() for s in e["runs"]}),

@@ -133,6 +133,8 @@ def test_sample_is_reproducible(trained):
     (["train", "--tokenizer", "word"], "invalid choice: 'word'"),
     (["train", "--max-iters", "ten"], "invalid int value: 'ten'"),
     (["train", "--resume"], "no checkpoint at"),
+    (["train", "--compile-mode", "reduce-overhead"], "compile_mode='reduce-overhead' needs compile=True (--compile)"),
+    (["train", "--compile", "--compile-mode", "fast"], "invalid choice: 'fast'"),
     (["sample", "--checkpoint", "nowhere"], "no checkpoint at"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ])
@@ -273,3 +275,11 @@ def test_the_bpe_preset_is_compared_with_its_measured_band(tmp_path, corpus, mon
     band = looked_up[0][2]
     assert band is not None and band["n_seeds"] >= 3 and band["low"] <= band["median"] <= band["high"]
     assert band["median"] == pytest.approx(curves["median"][0])
+
+
+def test_the_log_line_names_torch_compile_mode():
+    "The run's first line says ', compiled' and, when it is not the default, torch.compile's mode."
+    from transformerbook.cli import _compiled
+    assert _compiled(TrainConfig()) == ""
+    assert _compiled(TrainConfig(compile=True)) == ", compiled"
+    assert _compiled(TrainConfig(compile=True, compile_mode="reduce-overhead")) == ", compiled (reduce-overhead)"

@@ -301,6 +301,29 @@ def _experiment(name: str):
     return module
 
 
+def test_reference_curves_measure_again_when_the_preset_model_changed(tmp_path, monkeypatch):
+    """A finished (run, seed) is skipped, unless the entry's recorded model is not the preset's model now: then its
+    curves are stale (the GPU preset lost its biases on 2026-11-27) and are measured again. No training here."""
+    import json
+    exp = _experiment("reference_curves")
+    calls = []
+    fake = {"steps": [0, 20], "val_loss": [4.0, 3.0], "train_loss": [4.0, 3.0], "seconds": 0.1}
+    monkeypatch.setattr(exp, "run_one", lambda name, seed, ev=None: calls.append((name, seed)) or fake)
+    monkeypatch.setattr(exp, "RESULTS_DIR", tmp_path)
+    argv = ["--presets", "gpu-shakespeare-char-cpu", "--seeds", "1337"]
+    exp.main(argv)
+    exp.main(argv)  # finished, same model: skipped
+    assert calls == [("gpu-shakespeare-char-cpu", 1337)]
+    path = tmp_path/"reference_curves.json"
+    data = json.loads(path.read_text())
+    assert data["results"]["gpu-shakespeare-char-cpu"]["model"]["bias"] is False
+    data["results"]["gpu-shakespeare-char-cpu"]["model"]["bias"] = True  # as measured before the change
+    path.write_text(json.dumps(data))
+    exp.main(argv)
+    assert len(calls) == 2
+    assert json.loads(path.read_text())["results"]["gpu-shakespeare-char-cpu"]["model"]["bias"] is False
+
+
 def test_every_default_run_of_the_reference_curves_is_a_known_preset():
     "Each name the experiment runs by default is a preset of `training.PRESETS` with overrides `TrainConfig` accepts."
     from transformerbook.training import PRESETS, preset_configs
@@ -316,6 +339,7 @@ def test_every_default_run_of_the_reference_curves_is_a_known_preset():
         assert train_cfg.seed == 1 and all(getattr(train_cfg, k) == v for k, v in overrides.items())
     gpu_model, gpu_train, _ = exp.run_configs("gpu-shakespeare-char-cpu", seed=1337)
     assert (gpu_model.n_layers, gpu_model.d_model, gpu_model.context_length, gpu_model.dropout) == (6, 384, 256, 0.2)
+    assert (gpu_model.bias, gpu_model.activation) == (False, "gelu")  # nanoGPT's train.py: bias = False, nn.GELU()
     assert gpu_train.max_iters < 5000 and gpu_train.batch_size < 64  # reduced work, same model
     with pytest.raises(ValueError, match="unknown run 'nope'"):
         exp.run_configs("nope", seed=1)

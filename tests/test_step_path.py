@@ -313,6 +313,9 @@ def test_side_by_side_reads_both_programs_evaluations():
     book_cmd, nano_cmd, _ = sbs.commands(argparse.Namespace(gpu=True, max_iters=None), Path("out"))
     assert " ".join(book_cmd).endswith("--preset gpu-shakespeare-char --device cuda --dtype bfloat16 --compile")
     assert nano_cmd[1:3] == ["train.py", "config/train_shakespeare_char.py"] and "--compile=True" in nano_cmd
+    graphs = argparse.Namespace(gpu=True, max_iters=None, compile_mode="reduce-overhead")
+    graphs_cmd, nano_again, _ = sbs.commands(graphs, Path("out"))
+    assert graphs_cmd[-2:] == ["--compile-mode", "reduce-overhead"] and nano_again == nano_cmd  # the book's only
     book_cmd, nano_cmd, env = sbs.commands(argparse.Namespace(gpu=False, max_iters=20), Path("out"))
     assert env["OMP_NUM_THREADS"] == "1" and "--bias=True" in nano_cmd  # the baby GPT has GPT-2's biases
     assert book_cmd[-4:] == ["--max-iters", "20", "--lr-decay-iters", "20"] and nano_cmd[-2:] == ["--max_iters=20",

@@ -507,6 +507,37 @@ def test_compiled_step_matches_eager(tmp_path, monkeypatch):
     assert not any(k.startswith("_orig_mod") for k in load_checkpoint(tmp_path)["model"])
 
 
+def test_compile_mode_reaches_torch_compile_and_marks_every_forward(tmp_path, monkeypatch):
+    """compile_mode is torch.compile's `mode` ("reduce-overhead" replays CUDA graphs on a GPU). CUDA graphs may reuse
+    a call's output memory at the next call, so every forward of training and evaluation starts a new step first:
+    `torch.compiler.cudagraph_mark_step_begin()` is called once per forward (a no-op without CUDA graphs). On a CPU
+    the run is the eager one; the mode is recorded and may change on resume; a mode without compile is refused."""
+    from transformerbook import training
+    from transformerbook.checkpoints import resume_config
+    modes, marks, real_compile = [], [], torch.compile
+    def compile_eager(model, mode=None, **kw):  # Dynamo refuses a backend and a mode together: record the mode
+        modes.append(mode)
+        return real_compile(model, backend="eager", **kw)
+    real_mark = torch.compiler.cudagraph_mark_step_begin
+    monkeypatch.setattr(training.torch, "compile", compile_eager)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1) or real_mark())
+    settings = {"max_iters": 3, "eval_interval": 3, "eval_iters": 2}
+    graphs = _run({**settings, "compile": True, "compile_mode": "reduce-overhead"}, tmp_path)
+    n_marks = len(marks)
+    monkeypatch.undo()
+    eager = _run(settings)
+    assert modes == ["reduce-overhead"]
+    assert n_marks == 3 + 2 * 2 * 2  # one per training forward, one per evaluation batch (2 evaluations, 2 splits)
+    torch.testing.assert_close(torch.tensor(graphs.iter_loss), torch.tensor(eager.iter_loss), rtol=1e-5, atol=0)
+    saved = load_checkpoint(tmp_path)["train_config"]
+    assert saved["compile_mode"] == "reduce-overhead"
+    assert resume_config(saved, {"compile_mode": "default"}).compile_mode == "default"
+    with pytest.raises(ValueError, match="compile_mode='reduce-overhead' needs compile=True"):
+        TrainConfig(compile_mode="reduce-overhead")
+    with pytest.raises(ValueError, match="compile_mode='fast' must be one of 'default', 'reduce-overhead'"):
+        TrainConfig(compile=True, compile_mode="fast")
+
+
 def test_resolve_device():
     from transformerbook.training import resolve_device
     assert resolve_device("cpu") == torch.device("cpu")
@@ -596,11 +627,13 @@ def test_bits_per_byte():
 
 
 def test_cached_run_key_ignores_execution_settings_at_their_defaults():
-    "Models cached before grad_accum_steps / dtype / compile / log_interval / patience existed must still be found."
+    """Models cached before grad_accum_steps / dtype / compile / compile_mode / log_interval / patience existed must
+    still be found."""
     import inspect
     from dataclasses import replace
     from transformerbook import training
-    assert {"grad_accum_steps", "dtype", "compile", "log_interval", "patience"} == set(training._EXECUTION)
+    assert {"grad_accum_steps", "dtype", "compile", "compile_mode", "log_interval", "patience"} == \
+        set(training._EXECUTION)
     assert all(training._EXECUTION[k] == getattr(TrainConfig(), k) for k in training._EXECUTION)
     assert "train_key" in inspect.getsource(training.cached_run_dir)
     assert "cached_run_dir(" in inspect.getsource(training.cached_run)

@@ -171,8 +171,8 @@ def load_model(path: str | Path, # a checkpoint file, or a run folder (its best 
     return model.to(device).eval(), tokenizer
 
 # %% ../nbs/checkpoints.ipynb #01d188d9
-RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "grad_accum_steps", "dtype", "compile", "log_interval",
-             "patience")  # may change on resume
+RESUMABLE = ("max_iters", "eval_interval", "eval_iters", "grad_accum_steps", "dtype", "compile", "compile_mode",
+             "log_interval", "patience")  # may change on resume
 
 def resume_config(saved: dict, # the checkpoint's `train_config`
                   changes: dict, # the settings this run asks for: a whole `TrainConfig.to_dict()` or just some options

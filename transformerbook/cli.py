@@ -32,7 +32,8 @@ from .checkpoints import BEST_CHECKPOINT_NAME, CHECKPOINT_NAME, RESUMABLE, Check
 from .checkpoints import first_line, checkpoint_file, load_checkpoint, load_model, model_file
 from .checkpoints import resume_config
 from .corpus import DATASETS, PREPARED_META, check_splits, load_dataset, load_prepared, prepare_data
-from .recipes import DTYPES, PRESETS, TrainConfig, bits_per_byte, fit_warmup, outside_reference
+from .recipes import COMPILE_MODES, DTYPES, PRESETS, TrainConfig, bits_per_byte, fit_warmup
+from .recipes import outside_reference
 from .recipes import preset_configs
 from .training import TrainingDivergedError, check_batch_split, resolve_device, setup_distributed
 from .training import train
@@ -106,6 +107,9 @@ def _add_train_command(sub, model_cfg: GPTConfig, train_cfg: TrainConfig) -> Non
     g.add_argument("--dtype", choices=list(DTYPES), default=None,
                    help="float32 (default), or autocast to bfloat16 / float16 (float16 with a gradient scaler)")
     g.add_argument("--compile", action="store_true", default=None, help="run the training step through torch.compile")
+    g.add_argument("--compile-mode", choices=COMPILE_MODES, default=None,
+                   help="torch.compile's mode with --compile (default: default); reduce-overhead replays the step as "
+                        "CUDA graphs on a GPU (chapter 08b)")
     _add_model_options(t, model_cfg)
     _add_optimisation_options(t, train_cfg)
 
@@ -250,7 +254,7 @@ def _preset(args) -> str:
 def _train_configs(args) -> tuple:
     "(model_cfg or None, train_cfg, model options given) from the options, the preset and --resume's checkpoint."
     model_given = _given(args, [*_MODEL_OPTIONS, "norm_placement"])
-    train_given = _given(args, [*_TRAIN_OPTIONS, "dtype", "compile"])
+    train_given = _given(args, [*_TRAIN_OPTIONS, "dtype", "compile", "compile_mode"])
     if args.resume: return (*_resume_configs(args.out, model_given, train_given), model_given)
     preset_train = preset_configs(_preset(args))[1]
     settings, notes = fit_warmup({**preset_train.to_dict(), "lr_decay_iters": None, **train_given})
@@ -395,6 +399,11 @@ def write_model_card(path: str | Path, # a checkpoint file or a run folder
     return write_text_atomically(checkpoint_file(path).parent/MODEL_CARD_NAME, model_card(path, data))
 
 # %% ../nbs/08a_cli.ipynb #085e9d21
+def _compiled(train_cfg: TrainConfig) -> str:
+    "How the log line names the execution: ', compiled', with torch.compile's mode when it is not the default."
+    if not train_cfg.compile: return ""
+    return ", compiled" + (f" ({train_cfg.compile_mode})" if train_cfg.compile_mode != "default" else "")
+
 def _train(args) -> int:
     "`transformerbook train`: check, configure, load the corpus, train with logging, write the model card."
     out = Path(args.out)
@@ -409,7 +418,7 @@ def _train(args) -> int:
     model = GPT(model_cfg).to(device)
     log = (lambda msg: tqdm.write(msg, file=sys.stderr)) if rank == 0 else (lambda msg: None)
     log(f"{model.n_params() / 1e6:.2f}M parameters; {len(train_ids):,} training / {len(val_ids):,} validation tokens; "
-        f"{device}, {train_cfg.dtype}{', compiled' if train_cfg.compile else ''}"
+        f"{device}, {train_cfg.dtype}{_compiled(train_cfg)}"
         f"{f', {world} processes' if world > 1 else ''}; {'resuming' if args.resume else 'writing'} {ckpt_path}")
     same = _same_settings(args, model_given)
     on_eval = _eval_logger(log, _preset(args), same, bytes_per_token, every=args.preset is not None or same)

@@ -269,7 +269,7 @@ def induction_run_dir(every: int = 100, # steps between snapshots
     "Where `induction_run` keeps its snapshots: a folder named by a hash of the configs, `every`, sampler and version."
     model_cfg, train_cfg = induction_configs(style, **train_overrides)
     train = {k: v for k, v in train_cfg.to_dict().items()  # fields added since the run was first cached stay out
-             if not (k in ("log_interval", "patience") and v == getattr(TrainConfig, k))}  # at their defaults
+             if not (k in ("compile_mode", "log_interval", "patience") and v == getattr(TrainConfig, k))}  # defaults
     return run_dir("induction-stages", model=model_key(model_cfg), train=train, every=every,
                    batch_fn=INDUCTION_BATCH)
 

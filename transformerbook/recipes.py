@@ -26,11 +26,12 @@ from .lm_head import GPTConfig
 from .validation import check_choice, check_int_in_range, is_int, is_number
 
 # %% auto #0
-__all__ = ['DTYPES', 'PRESETS', 'TrainConfig', 'fit_warmup', 'new_run_config', 'baby_gpt_configs', 'preset_configs',
-           'bits_per_byte', 'reference_band', 'outside_reference']
+__all__ = ['DTYPES', 'COMPILE_MODES', 'PRESETS', 'TrainConfig', 'fit_warmup', 'new_run_config', 'baby_gpt_configs',
+           'preset_configs', 'bits_per_byte', 'reference_band', 'outside_reference']
 
 # %% ../nbs/recipes.ipynb #bbdf9984
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # TrainConfig.dtype
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's `mode`
 
 # %% ../nbs/recipes.ipynb #aaa53c78
 @dataclass
@@ -52,12 +53,11 @@ class TrainConfig:
     grad_accum_steps: int = 1  # the batch of one optimizer step is computed in this many slices (same gradient)
     dtype: str = "float32"  # "float32", or autocast to "bfloat16" / "float16" (with a gradient scaler); see 08b
     compile: bool = False  # run the training step through `torch.compile`; see 08b
+    compile_mode: str = "default"  # torch.compile's `mode`, one of COMPILE_MODES ("reduce-overhead": CUDA graphs; 08b)
     log_interval: int = 10  # the step losses reach the host every this many steps (the only read of the step path)
     patience: int | None = None  # stop after this many evaluations without a lower validation loss; None: never
 
-    def __post_init__(self):
-        "Type errors name the field and value (`TypeError`); out-of-range values raise `ValueError`."
-        _check_train_config(self)
+    def __post_init__(self): _check_train_config(self)  # `TypeError` or `ValueError`, naming the field and value
 
     @property
     def decay_iters(self) -> int:
@@ -105,6 +105,9 @@ def _check_train_config(train_cfg: TrainConfig) -> None:
         if not 0 <= value < 1: raise ValueError(f"{name}={value} must be in [0, 1)")
     check_choice("dtype", train_cfg.dtype, DTYPES)
     if not isinstance(train_cfg.compile, bool): raise TypeError(f"compile={train_cfg.compile!r} must be a bool")
+    check_choice("compile_mode", train_cfg.compile_mode, COMPILE_MODES)
+    if train_cfg.compile_mode != "default" and not train_cfg.compile:
+        raise ValueError(f"compile_mode={train_cfg.compile_mode!r} needs compile=True (--compile)")
 
 # %% ../nbs/recipes.ipynb #2d55622d
 def fit_warmup(settings: dict, # `TrainConfig` fields (all, or the ones a command line gave plus its preset's)
@@ -150,15 +153,17 @@ def preset_configs(name: str = "baby-gpt-char", # one of `PRESETS`
                   ) -> tuple: # (GPTConfig, TrainConfig)
     """The book's documented recipes on TinyShakespeare. "baby-gpt-char": nanoGPT's CPU baby GPT (`baby_gpt_configs`).
     "gpu-shakespeare-char": nanoGPT's `config/train_shakespeare_char.py` (6 layers, 6 heads, d_model 384, context 256,
-    batch 64, dropout 0.2, lr 1e-3, 5,000 steps; nanoGPT reports validation loss 1.4697 on one A100). "bpe-gpt2": the
-    baby GPT on GPT-2's BPE (50,257 ids; 600 steps). Raises `ValueError` for an unknown name."""
+    batch 64, dropout 0.2, lr 1e-3, 5,000 steps; nanoGPT reports validation loss 1.4697 on one A100) and its
+    `train.py`'s model defaults: no biases and the exact GELU (GPT-2 and the book's `GPTConfig` have biases and the
+    tanh GELU).
+    "bpe-gpt2": the baby GPT on GPT-2's BPE (50,257 ids; 600 steps). Raises `ValueError` for an unknown name."""
     if name == "baby-gpt-char": return baby_gpt_configs(65, **train_overrides)
     if name == "bpe-gpt2":
         return baby_gpt_configs(50257, **{**dict(max_iters=600, lr_decay_iters=600, warmup_iters=50, eval_interval=200),
                                           **train_overrides})
     if name == "gpu-shakespeare-char":
         model_cfg = GPTConfig(vocab_size=65, context_length=256, d_model=384, n_heads=6, n_layers=6, dropout=0.2,
-                              fused=True)
+                              bias=False, activation="gelu", fused=True)  # nanoGPT's train.py: no biases, nn.GELU()
         train_cfg = TrainConfig(**{**dict(max_iters=5000, batch_size=64, learning_rate=1e-3, min_lr=1e-4,
                                           warmup_iters=100, lr_decay_iters=5000, beta2=0.99, eval_interval=250,
                                           eval_iters=200), **train_overrides})

@@ -158,6 +158,7 @@ def estimate_loss(model: nn.Module, # a GPT, or the compiled module that runs it
             total = torch.zeros((), device=device)
             for _ in range(eval_iters):
                 token_ids, targets = _to_device(*_checked_batch(*get_batch(data, batch_size, T, gen), V), device)
+                torch.compiler.cudagraph_mark_step_begin()  # CUDA graphs may reuse the last call's output memory
                 logits = model(token_ids)  # (B, T, V); the ids were checked above, on the host
                 total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
             out[name] = total.item() / eval_iters  # the split's one host read
@@ -277,7 +278,7 @@ def _setup_run(model: GPT, train_cfg: TrainConfig, out_dir, tokenizer, resume: b
 def _wrap_model(model: GPT, train_cfg: TrainConfig, world: int) -> tuple[nn.Module, nn.Module]:
     """(the module the step calls: `model` compiled and/or wrapped for data parallelism; the module evaluation calls:
     `model` compiled, never wrapped). Puts `model` in train mode."""
-    compiled = torch.compile(model) if train_cfg.compile else model
+    compiled = torch.compile(model, mode=train_cfg.compile_mode) if train_cfg.compile else model
     step_model = compiled
     if world > 1:
         device = next(model.parameters()).device
@@ -304,6 +305,7 @@ def _accumulate_gradients(model: nn.Module, token_ids: Tensor, targets: Tensor, 
         rows = slice(i * micro, (i + 1) * micro)
         with sync:
             with _autocast(device, train_cfg.dtype):
+                torch.compiler.cudagraph_mark_step_begin()  # a new step for CUDA graphs (reduce-overhead); else no-op
                 logits = model(token_ids[rows].to(device))  # (b, T, V); ids checked on the host
                 # eq. 10.51
                 loss = F.cross_entropy(logits.flatten(0, 1).float(), targets[rows].to(device).flatten())
@@ -472,7 +474,8 @@ def setup_distributed(device: torch.device, # the device `resolve_device` chose
     return dist.get_rank(), dist.get_world_size(), device
 
 # %% ../nbs/08_training.ipynb #47ea3c4a
-_EXECUTION = {"grad_accum_steps": 1, "dtype": "float32", "compile": False, "log_interval": 10, "patience": None}
+_EXECUTION = {"grad_accum_steps": 1, "dtype": "float32", "compile": False, "compile_mode": "default",
+              "log_interval": 10, "patience": None}
 
 def cached_run_dir(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
                    model_cfg: GPTConfig, train_cfg: TrainConfig,
