@@ -1,5 +1,5 @@
 """Shared fixtures: one torch thread for every test, the `tools/` scripts on `sys.path`, a synthetic chapter for the
-site tests, and one headless Chromium for every browser test (`chrome`)."""
+site tests, one headless Chromium for every browser test (`chrome`), and each module's xdist group."""
 from __future__ import annotations
 
 import io
@@ -68,6 +68,23 @@ def make_sample_chapter():
         new_markdown_cell("#### Answer\n\nBecause counting starts at zero."),
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
                  "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}}})
+
+
+# `make test` runs pytest in several processes (pytest-xdist, `-n $(WORKERS) --dist loadgroup`). Each test module
+# stays in one process, so its module fixtures are built once and tests that share a resource (torchrun's ports, a
+# cached model being trained) never run side by side; the site tests and the explorer tests share one group, since
+# both read the session's one site build (`book`, about two minutes), which a second process would build again.
+SHARED_GROUPS = {"test_site": "site", "test_explorers": "site"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Give every test the xdist group of its module (the site's for the site and explorer tests), and run the site
+    group first: it is the longest (about five minutes on two cores), and the other process works through the rest
+    meanwhile. The order within a module is kept."""
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(module, module)))
+    items.sort(key=lambda item: item.module.__name__.rsplit(".", 1)[-1] not in SHARED_GROUPS)  # stable: False first
 
 
 @pytest.fixture(autouse=True, scope="session")
