@@ -65,6 +65,32 @@ def test_at_most_one_host_read_per_log_interval():
     assert len(history.iter_loss) == 12 and all(math.isfinite(x) for x in history.iter_loss)
 
 
+STYLES = {"gpt2": {}, "qwen3": dict(normalization="rms", positional="rotary", activation="swiglu", bias=False,
+                                     n_kv_heads=1, qk_norm=True, fused=True, dropout=0.1)}
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_the_model_compiles_to_one_graph_in_training_and_evaluation(style):
+    """`torch.compile` replays the step as CUDA graphs (`--compile-mode reduce-overhead`) only where TorchDynamo
+    captured the forward whole: a graph break (a host read, a Python branch on a tensor's value) would split the step
+    and bring back a launch per kernel. TorchDynamo's `explain` (no code generation) is not blind: a read in a
+    module's forward is a break."""
+    class Reads(torch.nn.Module):
+        def forward(self, x): return x * 2 if x.sum() > 0 else x
+    torch._dynamo.reset()
+    try:
+        assert torch._dynamo.explain(Reads())(torch.ones(3)).graph_break_count == 1
+        model = GPT(GPTConfig(**{**MODEL, **STYLES[style]}))
+        ids = torch.randint(0, V, (2, MODEL["context_length"]))
+        for mode, grad in (("train", True), ("eval", False)):
+            getattr(model, mode)()
+            with torch.set_grad_enabled(grad):
+                found = torch._dynamo.explain(model)(ids)
+            assert (found.graph_count, found.graph_break_count) == (1, 0), (mode, found.break_reasons)
+    finally:
+        torch._dynamo.reset()
+
+
 def test_generation_reads_the_prompt_once_not_per_token():
     model = GPT(GPTConfig(**MODEL)).eval()
     counts = []

@@ -628,21 +628,27 @@ def test_bits_per_byte():
 
 def test_cached_run_key_ignores_execution_settings_at_their_defaults():
     """Models cached before grad_accum_steps / dtype / compile / compile_mode / log_interval / patience existed must
-    still be found."""
+    still be found; the induction runs of chapter 11 share the one list of fields added since (`train_key`)."""
     import inspect
-    from dataclasses import replace
-    from transformerbook import training
-    assert {"grad_accum_steps", "dtype", "compile", "compile_mode", "log_interval", "patience"} == \
-        set(training._EXECUTION)
-    assert all(training._EXECUTION[k] == getattr(TrainConfig(), k) for k in training._EXECUTION)
-    assert "train_key" in inspect.getsource(training.cached_run_dir)
-    assert "cached_run_dir(" in inspect.getsource(training.cached_run)
+    from dataclasses import fields, replace
+    from transformerbook import interpret, training
+    assert set(training.ADDED_TRAIN_FIELDS) == {"compile_mode", "log_interval", "patience"}
+    assert set(training.ADDED_TRAIN_FIELDS) <= {f.name for f in fields(TrainConfig)}
     model_cfg, train_cfg = training.baby_gpt_configs(65)
+    assert set(train_cfg.to_dict()) - set(training.train_key(train_cfg)) == set(training.ADDED_TRAIN_FIELDS)
+    assert set(train_cfg.to_dict()) - set(training.train_key(train_cfg, also=("dtype",))) == \
+        {*training.ADDED_TRAIN_FIELDS, "dtype"}
+    assert training.train_key(replace(train_cfg, patience=3))["patience"] == 3  # not at its default: kept
+    assert "train_key(train_cfg)" in inspect.getsource(interpret.induction_run_dir)
+    assert "train_key(train_cfg, also=" in inspect.getsource(training.cached_run_dir)
+    assert "cached_run_dir(" in inspect.getsource(training.cached_run)
     base = training.cached_run_dir("x", model_cfg, train_cfg, {})
     assert training.cached_run_dir("x", model_cfg, replace(train_cfg, compile=False), {}) == base
     assert training.cached_run_dir("x", model_cfg, replace(train_cfg, grad_accum_steps=2), {}) != base
     assert training.cached_run_dir("x", model_cfg, replace(train_cfg, log_interval=10, patience=None), {}) == base
     assert training.cached_run_dir("x", model_cfg, replace(train_cfg, patience=3), {}) != base
+    assert training.cached_run_dir("x", model_cfg, replace(train_cfg, compile_mode="max-autotune", compile=True),
+                                   {}) != base
 
 
 def test_cached_shakespeare_model_never_trains(tmp_path, monkeypatch):

@@ -35,7 +35,7 @@ from torch import Tensor
 from .lm_head import GPT, GPTConfig, eval_mode, logit_lens
 from .model_cache import run_dir
 from .training import CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint
-from .training import load_dataset, load_model, model_key, save_checkpoint, train
+from .training import load_dataset, load_model, model_key, save_checkpoint, train, train_key
 from .validation import check_choice, check_in_interval, check_int_in_range, check_positive_int
 from .validation import check_positive_ints
 
@@ -268,9 +268,7 @@ def induction_run_dir(every: int = 100, # steps between snapshots
                      ) -> Path: # `cache_dir()/models/induction-stages-<hash>`; it may not exist yet
     "Where `induction_run` keeps its snapshots: a folder named by a hash of the configs, `every`, sampler and version."
     model_cfg, train_cfg = induction_configs(style, **train_overrides)
-    train = {k: v for k, v in train_cfg.to_dict().items()  # fields added since the run was first cached stay out
-             if not (k in ("compile_mode", "log_interval", "patience") and v == getattr(TrainConfig, k))}  # defaults
-    return run_dir("induction-stages", model=model_key(model_cfg), train=train, every=every,
+    return run_dir("induction-stages", model=model_key(model_cfg), train=train_key(train_cfg), every=every,
                    batch_fn=INDUCTION_BATCH)
 
 def induction_run(every: int = 100, # steps between snapshots

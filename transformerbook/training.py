@@ -58,9 +58,10 @@ from .recipes import PRESETS, baby_gpt_configs, bits_per_byte, fit_warmup  # noq
 from .recipes import outside_reference, reference_band  # noqa: F401
 
 # %% auto #0
-__all__ = ['cross_entropy_loss', 'lr_at', 'configure_optimizer', 'estimate_loss', 'TrainHistory', 'TrainingDivergedError',
-           'batch_slice', 'check_batch_split', 'train_step', 'train', 'resolve_device', 'setup_distributed',
-           'cached_run_dir', 'model_key', 'cached_run', 'shakespeare_model', 'cached_shakespeare_model']
+__all__ = ['ADDED_TRAIN_FIELDS', 'cross_entropy_loss', 'lr_at', 'configure_optimizer', 'estimate_loss', 'TrainHistory',
+           'TrainingDivergedError', 'batch_slice', 'check_batch_split', 'train_step', 'train', 'resolve_device',
+           'setup_distributed', 'train_key', 'cached_run_dir', 'model_key', 'cached_run', 'shakespeare_model',
+           'cached_shakespeare_model']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
 def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores over the vocabulary
@@ -474,8 +475,16 @@ def setup_distributed(device: torch.device, # the device `resolve_device` chose
     return dist.get_rank(), dist.get_world_size(), device
 
 # %% ../nbs/08_training.ipynb #47ea3c4a
-_EXECUTION = {"grad_accum_steps": 1, "dtype": "float32", "compile": False, "compile_mode": "default",
-              "log_interval": 10, "patience": None}
+# `TrainConfig` fields added after the book's first models were cached; a new field goes here too, or every cached
+# folder moves (tests/test_model_cache.py pins them)
+ADDED_TRAIN_FIELDS = ("compile_mode", "log_interval", "patience")
+
+def train_key(train_cfg: TrainConfig,
+              also: tuple = (), # more fields to leave out at their defaults
+             ) -> dict: # `train_cfg.to_dict()` less the `ADDED_TRAIN_FIELDS` (and `also`) left at their defaults
+    "`train_cfg` as every cache key holds it: the fields added since the first cached runs are left out at defaults."
+    leave = (*ADDED_TRAIN_FIELDS, *also)
+    return {k: v for k, v in train_cfg.to_dict().items() if not (k in leave and v == getattr(TrainConfig, k))}
 
 def cached_run_dir(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
                    model_cfg: GPTConfig, train_cfg: TrainConfig,
@@ -483,8 +492,8 @@ def cached_run_dir(prefix: str, # cache folder name before the hash, e.g. "shake
                   ) -> Path: # `model_cache.run_dir(prefix, model=..., train=..., **key_extra)`
     """The folder `cached_run` trains into. The settings of chapter 08b only change how a step is executed: left at
     their defaults they stay out of the key, so the models cached before they existed are still found."""
-    train_key = {k: v for k, v in train_cfg.to_dict().items() if k not in _EXECUTION or v != _EXECUTION[k]}
-    return run_dir(prefix, model=model_key(model_cfg), train=train_key, **key_extra)
+    train = train_key(train_cfg, also=("grad_accum_steps", "dtype", "compile"))
+    return run_dir(prefix, model=model_key(model_cfg), train=train, **key_extra)
 
 def model_key(model_cfg: GPTConfig) -> dict:
     "`model_cfg.to_dict()` as cache keys hold it: with the renamed fields under their old names, so no folder moves."
