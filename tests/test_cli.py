@@ -135,6 +135,8 @@ def test_sample_is_reproducible(trained):
     (["train", "--resume"], "no checkpoint at"),
     (["train", "--compile-mode", "reduce-overhead"], "compile_mode='reduce-overhead' needs compile=True (--compile)"),
     (["train", "--compile", "--compile-mode", "fast"], "invalid choice: 'fast'"),
+    (["train", "--compile", "--compile-mode", "reduce-overhead", "--grad-accum-steps", "2"],
+     "replays CUDA graphs, which cannot add up the gradients of grad_accum_steps=2 slices"),
     (["sample", "--checkpoint", "nowhere"], "no checkpoint at"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ])

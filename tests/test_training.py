@@ -536,6 +536,14 @@ def test_compile_mode_reaches_torch_compile_and_marks_every_forward(tmp_path, mo
         TrainConfig(compile_mode="reduce-overhead")
     with pytest.raises(ValueError, match="compile_mode='fast' must be one of 'default', 'reduce-overhead'"):
         TrainConfig(compile=True, compile_mode="fast")
+    # CUDA graphs lose the gradient of one slice to the next (pytorch/pytorch#169545): both modes that replay them
+    for mode in ("reduce-overhead", "max-autotune"):
+        with pytest.raises(ValueError, match=f"compile_mode='{mode}' replays CUDA graphs.*grad_accum_steps=2 slices"):
+            TrainConfig(compile=True, compile_mode=mode, grad_accum_steps=2)
+        TrainConfig(compile=True, compile_mode=mode, grad_accum_steps=1)
+    TrainConfig(compile=True, compile_mode="max-autotune-no-cudagraphs", grad_accum_steps=2)
+    with pytest.raises(ValueError, match="replays CUDA graphs"):  # nor may a resumed run start accumulating
+        resume_config(saved, {"grad_accum_steps": 2})
 
 
 def test_resolve_device():

@@ -109,7 +109,7 @@ def _add_train_command(sub, model_cfg: GPTConfig, train_cfg: TrainConfig) -> Non
     g.add_argument("--compile", action="store_true", default=None, help="run the training step through torch.compile")
     g.add_argument("--compile-mode", choices=COMPILE_MODES, default=None,
                    help="torch.compile's mode with --compile (default: default); reduce-overhead replays the step as "
-                        "CUDA graphs on a GPU (chapter 08b)")
+                        "CUDA graphs on a GPU (chapter 08b), with --grad-accum-steps 1 only")
     _add_model_options(t, model_cfg)
     _add_optimisation_options(t, train_cfg)
 

@@ -108,6 +108,10 @@ def _check_train_config(train_cfg: TrainConfig) -> None:
     check_choice("compile_mode", train_cfg.compile_mode, COMPILE_MODES)
     if train_cfg.compile_mode != "default" and not train_cfg.compile:
         raise ValueError(f"compile_mode={train_cfg.compile_mode!r} needs compile=True (--compile)")
+    if train_cfg.compile_mode in ("reduce-overhead", "max-autotune") and train_cfg.grad_accum_steps > 1:
+        raise ValueError(f"compile_mode={train_cfg.compile_mode!r} replays CUDA graphs, which cannot add up the "
+                         f"gradients of grad_accum_steps={train_cfg.grad_accum_steps} slices (pytorch/pytorch#169545): "
+                         f"use grad_accum_steps=1, or compile_mode 'default' or 'max-autotune-no-cudagraphs'")
 
 # %% ../nbs/recipes.ipynb #2d55622d
 def fit_warmup(settings: dict, # `TrainConfig` fields (all, or the ones a command line gave plus its preset's)
