@@ -10,7 +10,8 @@ raises `TrainingDivergedError`. `cross_entropy_loss` is the loss written from sc
 if it is already cached, never training it) and `cached_run(prefix, model_cfg, train_cfg, tokenizer, key_extra)`
 trains any GPT on TinyShakespeare once and caches it in `cached_run_dir(prefix, model_cfg, train_cfg, key_extra)`, a
 folder named by `model_cache.run_dir` (`model_key(model_cfg)` is the model's part of the key, in the field names the
-cached runs were keyed by). The chapter's other rooms have their own modules, whose names this one
+cached runs were keyed by; `train_key(train_cfg)` the training part, without the `ADDED_TRAIN_FIELDS` left at their
+defaults). The chapter's other rooms have their own modules, whose names this one
 re-exports: `transformerbook.corpus` (`load_dataset`, `get_batch`, `pack_documents`, `prepare_data`,
 `load_prepared`), `transformerbook.recipes` (`TrainConfig`, `new_run_config`, `fit_warmup`, `baby_gpt_configs`,
 `preset_configs`, `reference_band`, `outside_reference`, `bits_per_byte`) and `transformerbook.checkpoints`
