@@ -657,6 +657,8 @@ def test_cached_run_key_ignores_execution_settings_at_their_defaults():
     assert training.cached_run_dir("x", model_cfg, replace(train_cfg, patience=3), {}) != base
     assert training.cached_run_dir("x", model_cfg, replace(train_cfg, compile_mode="max-autotune", compile=True),
                                    {}) != base
+    assert training.cached_run_dir("x", model_cfg, replace(train_cfg, dtype="bfloat16"), {}) != base
+    assert training.cached_run_dir("x", model_cfg, replace(train_cfg, dtype="float32", grad_accum_steps=1), {}) == base
 
 
 def test_cached_shakespeare_model_never_trains(tmp_path, monkeypatch):

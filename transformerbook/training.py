@@ -481,11 +481,11 @@ def setup_distributed(device: torch.device, # the device `resolve_device` chose
 ADDED_TRAIN_FIELDS = ("compile_mode", "log_interval", "patience")
 
 def train_key(train_cfg: TrainConfig,
-              also: tuple = (), # more fields to leave out at their defaults
+              also: tuple[str, ...] = (), # more `TrainConfig` field names to leave out at their defaults
              ) -> dict: # `train_cfg.to_dict()` less the `ADDED_TRAIN_FIELDS` (and `also`) left at their defaults
     "`train_cfg` as every cache key holds it: the fields added since the first cached runs are left out at defaults."
-    leave = (*ADDED_TRAIN_FIELDS, *also)
-    return {k: v for k, v in train_cfg.to_dict().items() if not (k in leave and v == getattr(TrainConfig, k))}
+    leave, defaults = (*ADDED_TRAIN_FIELDS, *also), TrainConfig().to_dict()
+    return {k: v for k, v in train_cfg.to_dict().items() if not (k in leave and v == defaults[k])}
 
 def cached_run_dir(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
                    model_cfg: GPTConfig, train_cfg: TrainConfig,
