@@ -12,7 +12,6 @@ the largest attention logit |q·k|/√d_head with and without QK-norm.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from dataclasses import replace
@@ -21,9 +20,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-import transformerbook.multihead as multihead
 from transformerbook.data import RESULTS_DIR, experiment_record, save_result
-from transformerbook.lm_head import GPT, GPTConfig
+from transformerbook.lm_head import GPT, GPTConfig, eval_mode
 from transformerbook.training import TrainConfig, get_batch, load_dataset, train
 
 BASE = GPTConfig(vocab_size=65, context_length=64, d_model=64, n_heads=4, n_layers=2, dropout=0.0)
@@ -69,34 +67,27 @@ def run_variant(name: str, seed: int, steps: int, data) -> dict:
 
 
 def max_logit_run(qk_norm: bool, seed: int, steps: int, lr: float, data) -> list[float]:
-    """Largest |q·k|/√d_head over all layers and heads of a fixed probe batch, every 10 steps of a run with a constant
-    high learning rate (AdamW, no clipping, no weight decay)."""
+    """Largest |q·k|/√d_head over all layers, heads and pairs (before the causal mask) of a fixed probe batch, every 10
+    steps of a run with a constant high learning rate (AdamW, no clipping, no weight decay). The scores are read at
+    each attention layer's observation point `attn.scores` (chapter 3)."""
     _, train_ids, val_ids = data
     model_cfg = replace(BASE, qk_norm=qk_norm)
     torch.manual_seed(seed)
     model = GPT(model_cfg)
     probe = torch.stack([train_ids[i:i + 64] for i in range(0, 64 * 8, 64)])  # (8, 64) fixed windows
     seen: list[float] = []
-    original = multihead.attention_weights
-
-    def recording(q, k, mask=None):  # the same weights, plus a record of the largest scaled score
-        seen.append((q @ k.transpose(-2, -1)).abs().max().item() / math.sqrt(q.shape[-1]))
-        return original(q, k, mask)
-
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)  # constant lr, no clipping
     gen, curve = torch.Generator().manual_seed(seed), []
     for step in range(steps + 1):
         if step % 10 == 0:
-            multihead.attention_weights = recording
+            hooks = [block.attn.scores.register_forward_hook(lambda m, args, s: seen.append(s.abs().max().item()))
+                     for block in model.blocks]  # (B, H, T, T) scaled scores of each layer
             try:
-                with torch.no_grad():
-                    model.eval()
-                    model(probe)
+                with torch.no_grad(), eval_mode(model): model(probe)
             finally:
-                multihead.attention_weights = original
+                for hook in hooks: hook.remove()
             curve.append(max(seen))
             seen.clear()
-            model.train()
         if step == steps: break
         token_ids, targets = get_batch(train_ids, 12, model_cfg.context_length, gen)  # (B, T), (B, T)
         loss = F.cross_entropy(model(token_ids).flatten(0, 1), targets.flatten())

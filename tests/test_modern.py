@@ -336,6 +336,18 @@ def test_ablation_slice_reproduces_the_committed_numbers(tmp_path):
     assert again["n_params"] == res["runs"]["gpt2"][0]["n_params"]
 
 
+def test_max_logit_slice_reproduces_the_committed_curve():
+    "The high-learning-rate run without QK-norm, first 30 steps: its probes at steps 0, 10, 20, 30 are the saved ones."
+    saved = load_result("modern_ablation")
+    res = saved["results"]
+    exp = _experiment()
+    torch.set_num_threads(1)
+    data = exp.load_dataset("tinyshakespeare", "char")
+    again = exp.max_logit_run(False, saved["seeds"][0], 30, res["logit_lr"], data)
+    assert again == pytest.approx(res["max_logit"]["plain"][:4], rel=1e-5)
+    assert again[-1] > 100 * again[0]  # the growth chapter 12 shows has begun
+
+
 # ---------------------------------------------------------------- claims of chapter 12's prose, checked numerically
 
 

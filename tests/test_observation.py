@@ -1,7 +1,8 @@
 """Issue 23: attention owns what it computes. Each `MultiHeadAttention` shows the weights it multiplies its values by at
-its observation point `attn.pattern`, for every switch (rotary positions, QK-norm, GQA/MQA, a wider d_head, post-norm,
-the fused kernel, a KV cache); `interpret.attention_patterns` reads them there, and they equal Hugging Face's own eager
-`output_attentions` for GPT-2, Llama (GQA and MQA) and Qwen3 models (float64, 1e-6)."""
+its observation point `attn.pattern` (and the scaled scores they came from at `attn.scores`), for every switch (rotary
+positions, QK-norm, GQA/MQA, a wider d_head, post-norm, the fused kernel, a KV cache); `interpret.attention_patterns`
+reads them there, and they equal Hugging Face's own eager `output_attentions` for GPT-2, Llama (GQA and MQA) and Qwen3
+models (float64, 1e-6)."""
 from __future__ import annotations
 
 import itertools
@@ -55,6 +56,44 @@ def test_the_observed_weights_are_the_ones_the_values_were_multiplied_by(kw):
         _, v = repeat_kv(v, v, a.n_heads // a.n_kv_heads)  # (B, H, T, Dh)
         torch.testing.assert_close(a.out_proj(merge_heads(weights[layer] @ v)), out, rtol=1e-12, atol=1e-12)
     assert not any(b.attn.pattern.observed for b in model.blocks)  # the hooks are gone afterwards
+
+
+@pytest.mark.parametrize("kw", [kw for kw in _switches() if kw["norm_placement"] == "pre" and kw["d_head"] is None],
+                         ids=lambda kw: "-".join(f"{k}={kw[k]}" for k in SHOWN if k in kw))
+def test_the_observed_scores_are_the_ones_the_softmax_turned_into_weights(kw):
+    """`attn.scores` shows q·k/√d_head for every pair, before the causal mask; the masked softmax of what it shows is
+    the observed α, and observing it leaves the layer's output as it was (the fused kernel computes the same)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**kw)).double().eval()
+    ids = torch.randint(0, 23, (2, 9))
+    with torch.no_grad(): plain = model(ids)
+    seen, inputs = [], []
+    hooks = [h for b in model.blocks for h in (b.attn.scores.register_forward_hook(lambda m, a, s: seen.append(s)),
+                                                b.attn.register_forward_pre_hook(lambda m, a: inputs.append(a[0])))]
+    with torch.no_grad(): observed = model(ids)
+    for h in hooks: h.remove()
+    torch.testing.assert_close(observed, plain, rtol=1e-10, atol=1e-10)
+    scores = torch.stack(seen)  # (L, B, H, T, T)
+    assert scores.shape == (2, 2, 4, 9, 9) and scores.isfinite().all()  # the future's scores too: not yet masked
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()
+    weights = attention_patterns(model, ids)
+    torch.testing.assert_close(scores.masked_fill(~causal, float("-inf")).softmax(-1), weights, rtol=0, atol=1e-12)
+    if kw.get("positional") != "rotary" and not kw["qk_norm"]:  # by hand: chapter 1's q·k/√d_k, eq. 10.12
+        a, x = model.blocks[0].attn, inputs[0]
+        q, k = split_heads(a.q_proj(x), a.d_head), split_heads(a.k_proj(x), a.d_head)  # (B, H|KV, T, Dh)
+        k, _ = repeat_kv(k, k, a.n_heads // a.n_kv_heads)
+        torch.testing.assert_close(scores[0], q @ k.transpose(-2, -1) / a.d_head ** 0.5, rtol=1e-12, atol=1e-12)
+    assert not any(b.attn.scores.observed or b.attn.pattern.observed for b in model.blocks)
+
+
+def test_a_hook_on_the_scores_intervenes():
+    "A hook that returns new scores replaces them: a large score on key 0 sends every query's weight there."
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=23, context_length=16, d_model=16, n_heads=4, n_layers=1)).double().eval()
+    hook = model.blocks[0].attn.scores.register_forward_hook(lambda m, args, s: s + 100.0 * (torch.arange(9) == 0))
+    try: weights = attention_patterns(model, torch.randint(0, 23, (1, 9)))
+    finally: hook.remove()
+    torch.testing.assert_close(weights[0, 0, :, :, 0], torch.ones(4, 9, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("kw", [{}, dict(MODERN, n_kv_heads=2, qk_norm=True), dict(MODERN, n_kv_heads=1, fused=True)],

@@ -1,17 +1,17 @@
 """Several attention heads side by side, each with its own projections, concatenated and mixed by W_O (J&M 10.2).
 
-**In the package** (`transformerbook.multihead`): `MultiHeadAttention(d_model, n_heads)` maps (B, T, d_model) to
-(B, T, d_model) with n_heads heads of size d_head = d_model // n_heads. Each of its switches is a part it owns:
-`n_kv_heads` < n_heads shares each key/value head among several query heads (grouped-query attention),
-`qk_norm=True` RMS-normalises each head's queries and keys, `rotary` turns them by position (chapter 5), and
-`fused=True` calls torch's fused attention kernel instead of the book's code. Its `pattern`, an `ObservationPoint`,
-shows the attention weights it multiplies its values by, (B, H, T, S), to a forward hook, whatever the switches. A
-model hands all its layers one `AttentionContext` per call (the mask, whether it is the causal one, the rotation),
-checked once. For generation, `forward` takes a `layer_cache`: any per-layer cache with `update(k, v) -> (k_all,
-v_all)`, which appends the new positions' keys and values, (B, n_kv_heads, T, d_head), and returns all the cached ones,
-(B, n_kv_heads, S, d_head) (chapter 7's `sampling.LayerKVCache`). Its steps: `split_heads(x, d_head)` and
-`merge_heads(x)` reshape (B, T, H·Dh) to (B, H, T, Dh) and back; `repeat_kv(k, v, n_rep)` repeats each key/value head
-for the query heads it serves.
+**In the package** (`transformerbook.multihead`): `MultiHeadAttention(d_model, n_heads)` maps (B, T, d_model) to (B,
+T, d_model) with n_heads heads of size d_head = d_model // n_heads. Each of its switches is a part it owns:
+`n_kv_heads` < n_heads shares each key/value head among several query heads (grouped-query attention), `qk_norm=True`
+RMS-normalises each head's queries and keys, `rotary` turns them by position (chapter 5), and `fused=True` calls
+torch's fused attention kernel instead of the book's code. Two `ObservationPoint`s show a forward hook what it
+computes, whatever the switches: `scores`, the scaled scores q·k/√d_head before the mask, and `pattern`, the attention
+weights it multiplies its values by, both (B, H, T, S). A model hands all its layers one `AttentionContext` per call
+(the mask, whether it is the causal one, the rotation), checked once. For generation, `forward` takes a `layer_cache`:
+any per-layer cache with `update(k, v) -> (k_all, v_all)`, which appends the new positions' keys and values, (B,
+n_kv_heads, T, d_head), and returns all the cached ones, (B, n_kv_heads, S, d_head) (chapter 7's
+`sampling.LayerKVCache`). Its steps: `split_heads(x, d_head)` and `merge_heads(x)` reshape (B, T, H·Dh) to (B, H, T,
+Dh) and back; `repeat_kv(k, v, n_rep)` repeats each key/value head for the query heads it serves.
 
 Docs: https://transformerbook.github.io/transformerbook/multihead.html.md"""
 
@@ -66,9 +66,9 @@ class AttentionContext(NamedTuple):
 
 # %% ../nbs/03_multihead.ipynb #d7722620
 class MultiHeadAttention(nn.Module):
-    """Multi-head self-attention (J&M eqs. 10.17-10.19; Vaswani et al. 2017 §3.2.2): (B, T, D) -> (B, T, D).
-    Its parts, each a switch: `n_kv_heads` (grouped-query attention), `q_norm`/`k_norm` (QK-norm), `rotary`,
-    `fused`; `pattern` shows a hook the weights α (B, H, T, S). `ValueError`: head counts that do not divide, bad x."""
+    """Multi-head self-attention (J&M eqs. 10.17-10.19; Vaswani et al. 2017 §3.2.2): (B, T, D) -> (B, T, D). Its parts,
+    each a switch: `n_kv_heads` (grouped-query attention), `q_norm`/`k_norm` (QK-norm), `rotary`, `fused`; `scores`
+    and `pattern` show a hook the scaled scores (before the mask) and α, (B, H, T, S). `ValueError`: bad heads or x."""
     def __init__(self, d_model: int, # model width D
                  n_heads: int, # query heads H; must divide d_model unless d_head is given
                  dropout: float = 0.0, # dropout on the attention weights and on the output
@@ -80,8 +80,8 @@ class MultiHeadAttention(nn.Module):
                  rotary: nn.Module | None = None, # rotary positions (chapter 5's `RotaryEmbedding`), or None
                 ):
         super().__init__()
-        self.d_model, self.dropout, self.fused, self.rotary, self.pattern = d_model, dropout, fused, rotary, \
-            ObservationPoint()
+        self.d_model, self.dropout, self.fused, self.rotary = d_model, dropout, fused, rotary
+        self.scores, self.pattern = ObservationPoint(), ObservationPoint()  # q·k/√d_head (eq. 10.12) and α (10.13)
         self.n_heads, self.n_kv_heads, self.d_head = H, KV, Dh = _check_heads(d_model, n_heads, n_kv_heads, d_head)
         self.q_proj, self.k_proj = nn.Linear(d_model, H * Dh, bias=bias), nn.Linear(d_model, KV * Dh, bias=bias)
         self.v_proj, self.out_proj = nn.Linear(d_model, KV * Dh, bias=bias), nn.Linear(H * Dh, d_model, bias=bias)
@@ -97,11 +97,11 @@ class MultiHeadAttention(nn.Module):
         if self.q_norm is not None: q, k = self.q_norm(q), self.k_norm(k)  # QK-norm, before the rotation
         if self.rotary is not None: q, k = self.rotary.rotate(q, k, ctx.rotation)  # positions turn q and k
         if layer_cache is not None: k, v = layer_cache.update(k, v)  # (B, KV, S, Dh), S = cached + T
-        if self.fused and not self.pattern.observed:  # torch's kernel (below): α is never formed
+        if self.fused and not (self.scores.observed or self.pattern.observed):  # torch's kernel: α is never formed
             out = _fused_attention(q, k, v, ctx.mask, ctx.is_causal, self.dropout if self.training else 0.0)
         else:  # key/value heads lined up with their query heads (below), then chapter 1's weights
             if self.n_kv_heads != self.n_heads: k, v = repeat_kv(k, v, self.n_heads // self.n_kv_heads)  # (B, H, S, Dh)
-            weights = self.pattern(masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(self.d_head), ctx.mask))
+            weights = self.pattern(masked_softmax(self.scores(q @ k.mT / math.sqrt(self.d_head)), ctx.mask))  # 10.13
             out = self.attn_dropout(weights) @ v  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
         return self.resid_dropout(self.out_proj(merge_heads(out)))  # (B, T, H·Dh) -> (B, T, D)
 
