@@ -286,8 +286,10 @@ def _tokenizer_name(args) -> str:
 def _run_model_config(args, model_cfg: GPTConfig | None, model_given: dict, tok) -> GPTConfig:
     "The model of a new run (preset, options and `tok`'s vocabulary), or `model_cfg` once its vocabulary fits `tok`."
     if model_cfg is None:
-        return GPTConfig.from_dict({**preset_configs(_preset(args))[0].to_dict(), "vocab_size": tok.vocab_size,
-                                    **model_given})
+        preset = preset_configs(_preset(args))[0].to_dict()
+        if "d_model" in model_given and preset["d_ff"] == 4 * preset["d_model"]:
+            del preset["d_ff"]  # the preset's MLP follows GPT-2's rule, d_ff = 4·d_model: so does a new width's
+        return GPTConfig.from_dict({**preset, "vocab_size": tok.vocab_size, **model_given})
     if model_cfg.vocab_size != tok.vocab_size:
         raise CheckpointError(f"cannot resume: the checkpoint's vocabulary has {model_cfg.vocab_size} tokens, "
                               f"--data {args.data} --tokenizer {_tokenizer_name(args)} gives {tok.vocab_size}")
