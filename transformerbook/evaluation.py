@@ -438,7 +438,7 @@ def extraction_matches(model: nn.Module, # our `GPT`
                        prefix_chars: int = 32, # k: characters given as the prompt
                        suffix_chars: int = 32, # characters the model must reproduce
                       ) -> list: # [bool] per passage: greedy continuation == the passage's next characters
-    "Carlini et al. (2021)-style extraction: does greedy decoding from a passage's first k characters reproduce it?"
+    "Carlini et al. (2023)-style extraction: does greedy decoding from a passage's first k characters reproduce it?"
     if not passages: raise ValueError("passages is empty: nothing to prompt with")
     short = [p for p in passages if len(p) < prefix_chars + suffix_chars]
     if short: raise ValueError(f"{len(short)} passages are shorter than prefix_chars + suffix_chars = "

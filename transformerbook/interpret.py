@@ -54,11 +54,11 @@ def _check_model(model) -> None:
 def attention_patterns(model: GPT, # any GPT: GPT-2- or Llama/Qwen3-style, pre- or post-norm, fused or not
                        token_ids: Tensor, # (B, T) int64 in [0, vocab_size), T <= context_length
                       ) -> Tensor: # (n_layers, B, H, T, T) float: weights[l, b, h, i, j] = α_ij of head h in layer l
-    """Every head's attention weights α (J&M eq. 10.11: the softmax of the scaled scores, after the causal mask) on
-    `token_ids`, read at each layer's observation point `attn.pattern` (chapter 3): the weights the layer multiplied
-    its values by, whatever its switches (rotary positions, QK-norm, shared key/value heads, a fused kernel). Runs in
-    eval mode (no dropout) and restores the mode. Raises `TypeError` for a model that is not a `GPT`, and what
-    `GPT.forward` raises for bad token_ids."""
+    """Every head's attention weights α (J&M eqs. 10.12-10.13: the softmax of the scaled scores, after the causal
+    mask) on `token_ids`, read at each layer's observation point `attn.pattern` (chapter 3): the weights the layer
+    multiplied its values by, whatever its switches (rotary positions, QK-norm, shared key/value heads, a fused kernel).
+    Runs in eval mode (no dropout) and restores the mode. Raises `TypeError` for a model that is not a `GPT`, and
+    what `GPT.forward` raises for bad token_ids."""
     _check_model(model)
     patterns = []
     hooks = [block.attn.pattern.register_forward_hook(lambda module, args, weights: patterns.append(weights))

@@ -68,7 +68,7 @@ class ExplainedGPT(torch.nn.Module):
 LIVE_MODELS = {"shakespeare-char": "chapter 8's character-level Shakespeare model",
                "induction": "chapter 11's two-layer induction model"}
 STAND_IN = ("an untrained stand-in for chapter 11's induction model (same shape, seeded weights): chapter 11 has not "
-            "trained it on this machine yet (about 25 minutes; make book does)")
+            "trained it on this machine yet (a few minutes; make book does)")
 
 def induction_trained() -> bool:
     "Whether chapter 11's induction run has finished on this machine (its last snapshot is in the cache)."

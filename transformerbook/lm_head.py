@@ -157,7 +157,7 @@ def _make_blocks(c: GPTConfig, rotary: RotaryEmbedding | None) -> nn.ModuleList:
         for _ in range(c.n_layers)])
 
 def _make_final_norm(c: GPTConfig) -> nn.Module:
-    "`ln_f`: pre-norm never normalises its own output, so GPT-2 adds a final norm (J&M eq. 10.43); post-norm does not."
+    "`ln_f`: pre-norm never normalises its own output, so GPT-2 adds one (J&M §10.4, after eq. 10.43); post-norm not."
     return make_norm(c.normalization, c.d_model, eps=c.norm_eps, bias=c.bias, fused=c.fused) \
         if c.norm_placement == "pre" else nn.Identity()
 

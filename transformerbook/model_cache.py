@@ -5,7 +5,8 @@ determines the run, so a model is trained once and a changed recipe never loads 
 run, `cache_dir()/models/<prefix>-<hash>`, where the hash covers the key's fields (configurations as dicts, the
 batch sampler's name, ...) and the package version; `run_key(**key)` is the JSON text that is hashed. Every cached
 model of the book is named by it: `training.cached_run_dir` (behind `training.cached_run`,
-`training.shakespeare_model` and `scaling.scaling_run`) and `interpret.induction_run_dir`.
+`training.shakespeare_model` and `scaling.scaling_run`), `interpret.induction_run_dir` and chapter 13's
+`posttraining.chat_sft_model` (`chat-sft-...`).
 
 Docs: https://transformerbook.github.io/transformerbook/model_cache.html.md"""
 

@@ -1,5 +1,5 @@
 """The settings of a training run (`TrainConfig`), how they adapt to a short run, the book's named recipes on
-TinyShakespeare (nanoGPT's baby GPT and its GPU model), and the losses each recipe reaches over several seeds. A
+TinyShakespeare (nanoGPT's baby GPT and its GPU model), and the losses the two CPU recipes reach over three seeds (the GPU recipe has no band yet). A
 companion page of chapter 8, "Training a GPT", which trains with them.
 
 **In the package** (`transformerbook.recipes`; chapter 8's `transformerbook.training` re-exports every name):
