@@ -95,3 +95,43 @@ def test_package_docstring_lists_every_module():
                                           flags=__import__("re").M))
     expected = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in MODULES}
     assert listed == expected, f"missing {sorted(expected - listed)}, extra {sorted(listed - expected)}"
+
+
+def _package_names_used(path: Path) -> list[tuple[str, str]]:
+    "(module, name) for every `from transformerbook.m import name` and `alias.name` of an imported package module."
+    import ast
+    tree, aliases, used = ast.parse(path.read_text(encoding="utf-8")), {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname or a.name: a.name for a in node.names if a.name.startswith("transformerbook.")})
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformerbook"):
+            used += [(node.module, a.name) for a in node.names]
+    used += [(aliases[n.value.id], n.attr) for n in ast.walk(tree)
+             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases]
+    return used
+
+
+def _missing_names(path: Path) -> list[str]:
+    "The `transformerbook` names `path` uses that the package does not have (neither an attribute nor a submodule)."
+    import importlib
+    def has(module: str, name: str) -> bool:
+        mod = importlib.import_module(module)
+        is_package = hasattr(mod, "__path__")  # a name after a package may be a submodule not imported yet
+        return hasattr(mod, name) or (is_package and importlib.util.find_spec(f"{module}.{name}") is not None)
+    return [f"{module}.{name}" for module, name in _package_names_used(path) if not has(module, name)]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.py")) + sorted((ROOT / "bench").glob("*.py")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_experiments_and_benchmarks_use_only_names_the_package_has(path):
+    """`make experiments` and `make bench` run scripts that the quick tests import only in part; a name the package
+    no longer has (renamed in a notebook) must fail here, not an hour into a run."""
+    assert not _missing_names(path), f"{path.name} uses names the package no longer has: {_missing_names(path)}"
+
+
+def test_the_name_check_finds_a_renamed_function(tmp_path):
+    "Chapter 12's experiment once patched `multihead.attention_weights` after it had gone: the check sees that."
+    script = tmp_path / "old.py"
+    script.write_text("import transformerbook.multihead as multihead\nfrom transformerbook.lm_head import GPT, Gone\n"
+                      "original = multihead.attention_weights\nmultihead.split_heads\n")
+    assert _missing_names(script) == ["transformerbook.lm_head.Gone", "transformerbook.multihead.attention_weights"]
