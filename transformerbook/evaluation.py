@@ -408,7 +408,7 @@ def exact_duplicates(passages: Sequence[str]) -> list:
 
 # %% ../nbs/11a_tasks.ipynb #60648ab5
 def word_ngrams(text: str, n: int = 13) -> set:
-    "The set of n-word tuples of `text` after `normalize_words` (lower case, punctuation dropped)."
+    "The set of n-word tuples of `text` after `normalize_words` (lower case; letters and apostrophes only)."
     check_positive_int("n", n)
     words = normalize_words(text)
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}

@@ -358,7 +358,7 @@ def dpo_loss(policy_chosen: Tensor, policy_rejected: Tensor, # (B,) log π_θ(y_
     return loss, metrics
 
 # %% ../nbs/13_posttraining.ipynb #a488a430
-REPLY_TOKENS = 30  # longest sampled reply of the line task: 28 characters + <|end|>, and the prompt still fits T = 64
+REPLY_TOKENS = 30  # line-task replies: <= 28 characters + <|end|>; the longest prompt (33 ids) + 30 fit T = 64
 
 def syllables(text: str) -> int:
     "A rough syllable count: the number of groups of vowels (a e i o u y) in `text`."
