@@ -109,14 +109,17 @@ def test_check_against_reference_rejects_each_kind_of_mistake(wrong, expected):
     assert expected in str(err.value)
 
 
-def test_check_against_reference_gives_the_reference_the_original_inputs():
-    "A learner that changes its input in place is judged on its output; the reference still sees the original x."
+def test_check_against_reference_refuses_an_answer_that_changes_its_input():
+    """A learner that changes its input in place fails, even with the right values, and says so; the reference and
+    the caller still see the original x."""
     seen = []
     def reference(x):
         seen.append(x.clone())
         return x.mean(-1)
     x = torch.arange(4.).view(2, 2)
-    check_against_reference(lambda y: y.mul_(2).mean(-1) / 2, reference, [(x,)], what="fn(x)")
+    with pytest.raises(AssertionError, match="changed its argument 1 .* in place"):
+        check_against_reference(lambda y: y.mul_(2).mean(-1) / 2, reference, [(x,)], what="fn(x)")
+    check_against_reference(lambda y: (y * 2).mean(-1) / 2, reference, [(x,)], what="fn(x)")  # the same, not in place
     assert torch.equal(seen[0], torch.arange(4.).view(2, 2)) and torch.equal(x, torch.arange(4.).view(2, 2))
 
 

@@ -94,17 +94,33 @@ def call_learner(fn: Callable, # the learner's function or class
                  what: str = "your code", # how to name `fn` in the message, e.g. "merge(ids, pair, 256)"
                  hint: str = "", # likely cause, appended to the message
                 ):
-    """Call `fn(*args)`; an error other than `NotImplementedError`/`AssertionError` becomes an `AssertionError`
-    naming `what`.
+    """Call `fn` on copies of the tensor arguments; an error other than `NotImplementedError`/`AssertionError`
+    becomes an `AssertionError` naming `what`, and so does a change to an argument (an in-place operation such as
+    `q *= scale`), which would change the caller's tensor.
 
     Checkers call the learner's code through this, so a crash in *their* code is a failed check with a one-line
-    message, while a bug in the checker itself still raises its own error (and fails the checker meta-tests)."""
+    message, while a bug in the checker itself still raises its own error (and fails the checker meta-tests). The
+    copies also keep the checker's own inputs, from which it computes the expected answer, as they were."""
+    copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     try:
-        return fn(*args)
+        out = fn(*copies)
     except (NotImplementedError, AssertionError):
         raise
     except Exception as e:
         raise AssertionError(f"{what} raised {type(e).__name__}: {e}." + (f" Hint: {hint}" if hint else "")) from e
+    for i, (a, c) in enumerate(zip(args, copies)):
+        if isinstance(a, torch.Tensor) and not _unchanged(a, c):
+            raise AssertionError(f"{what} changed its argument {i + 1} (shape {tuple(a.shape)}) in place: it must "
+                                 "not modify its inputs. Compute on a new tensor (x = x * s, not x *= s).")
+    return out
+
+def _unchanged(a: torch.Tensor, b: torch.Tensor) -> bool:
+    "Whether `b`, a clone of `a` handed to the learner, still holds `a`'s values (NaN equal to NaN)."
+    a, b = a.detach(), b.detach()
+    if a.shape != b.shape or a.dtype != b.dtype: return False
+    if a.is_floating_point() or a.is_complex(): return torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)) and \
+        torch.equal(a.isnan(), b.isnan())
+    return torch.equal(a, b)
 
 def diagnose(actual, # the learner's result
              candidates: dict[str, torch.Tensor], # hint -> what a known mistake would output
@@ -134,12 +150,13 @@ def check_against_reference(fn: Callable, # the learner's function
     """Compare `fn(*args)` with `reference(*args)` for each argument tuple in `cases`; outputs may have any shape
     (the reference's is the expected one).
 
-    `fn` gets clones of the tensor arguments (it cannot change the reference's inputs) and is called through
-    `call_learner`; the outputs are compared by `assert_tensors_close`, whose hint is the known mistake `fn`'s output
-    reproduces (`diagnose`), else `shape_hint` or `hint`. Raises `AssertionError` at the first case that differs."""
+    `fn` is called through `call_learner`, on clones of the tensor arguments (it cannot change the reference's
+    inputs; changing one in place fails the check); the outputs are compared by `assert_tensors_close`, whose hint is
+    the known mistake `fn`'s output reproduces (`diagnose`), else `shape_hint` or `hint`. Raises `AssertionError` at
+    the first case that differs."""
     for args in cases:
         label = what(*args) if callable(what) else what
-        got = call_learner(fn, *(a.clone() if isinstance(a, torch.Tensor) else a for a in args), what=label)
+        got = call_learner(fn, *args, what=label)  # it hands fn copies
         expected = reference(*args)
         fallback = shape_hint if shape_hint and isinstance(got, torch.Tensor) and got.shape != expected.shape else hint
         found = diagnose(got, mistakes(*args), fallback, atol=atol) if mistakes else fallback
