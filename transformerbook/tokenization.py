@@ -2,7 +2,8 @@
 
 **In the package** (`transformerbook.tokenization`): every tokenizer meets `TokenizerProtocol`: `encode(text)` (a
 list of ids), `decode(ids)`, `encode_iterable(chunks)` (the ids of a text given in pieces, such as an open file,
-yielded lazily with memory bounded by the piece), `train(text, vocab_size)` (learns the vocabulary in place and
+yielded lazily; memory is bounded by the piece for the character, GPT-2 and pre-tokenized BPE tokenizers on
+ordinary text, while `BasicBPETokenizer` joins the pieces first), `train(text, vocab_size)` (learns the vocabulary in place and
 returns the tokenizer), `vocab_size` and `to_dict()`. `CharTokenizer` numbers characters; `TiktokenGPT2` is the
 reference, tiktoken's GPT-2 encoding (its vocabulary is fixed: it cannot be trained; `GPT2Tokenizer` is its old,
 deprecated name); `BPETokenizer` is byte-level BPE written from scratch on the `Tokenizer` base class (minbpe's

@@ -105,7 +105,7 @@ def configure_optimizer(model: nn.Module, train_cfg: TrainConfig) -> torch.optim
     """AdamW with weight decay on every parameter with dim >= 2 (weight matrices and embedding tables, as nanoGPT)
     and none on biases and LayerNorm gains (dim 1). A tied matrix is one parameter and appears once. On CPU and CUDA
     it runs torch's fused AdamW kernel (`fused=True`: one pass over all parameters, the same update rule; on this
-    book's CPU three to four times faster than the default loop over parameters, `bench/bench_training.py`)."""
+    book's CPU about three times faster than the default loop over parameters, `bench/bench_training.py`)."""
     params = [p for p in model.parameters() if p.requires_grad]  # .parameters() already removes duplicates (tied E)
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train_cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -536,9 +536,9 @@ def _shakespeare_recipe(tokenizer: str) -> tuple:
 def shakespeare_model(tokenizer: str = "char", # "char" or "gpt2"
                       progress: bool = True, # progress bar while training (first call only)
                      ) -> tuple: # (GPT in eval mode, tokenizer)
-    """A small GPT trained on TinyShakespeare, for generation demos. The first call trains it (the baby GPT, about two
+    """A small GPT trained on TinyShakespeare, for generation demos. The first call trains it (the baby GPT, a few
     minutes on two CPU cores for "char") and caches the checkpoint under `cache_dir()/models/`, keyed by a hash of
-    the configs and the code version; an interrupted first call resumes; later calls just load it."""
+    the configs and the package version; an interrupted first call resumes; later calls just load it."""
     check_choice("tokenizer", tokenizer, ("char", "gpt2"))
     model_cfg, train_cfg = _shakespeare_recipe(tokenizer)
     path = cached_run(f"shakespeare-{tokenizer}", model_cfg, train_cfg, tokenizer, {"tokenizer": tokenizer},
