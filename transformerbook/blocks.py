@@ -195,7 +195,7 @@ class TransformerBlock(nn.Module):
     """A transformer block: attention and a feed-forward network, each inside a residual connection. "post":
     h = LN(x + MHA(x)), out = LN(h + FFN(h)) (J&M eqs. 10.24-10.31); "pre": h = x + MHA(LN(x)), out = h + FFN(LN(h))
     (J&M eqs. 10.38-10.43; GPT-2), which needs a final norm after the last block. The switches after `fused` make a
-    Llama- or Qwen3-style block (chapter 12). `ValueError` for an unknown placement or normalization, bad sizes or x."""
+    Llama/Qwen3-style block (ch. 12). `ValueError`: bad placement, norm, sizes, x shape; `TypeError`: x dtype."""
     def __init__(self, d_model: int, # model width D
                  n_heads: int, *, # attention heads H; the arguments after it are keyword-only
                  d_ff: int | None = None, # feed-forward width F (default 4·d_model)

@@ -1,9 +1,9 @@
 """`transformerbook train`, `sample` and `prepare`: train a GPT on TinyShakespeare or your own corpus with a progress
 bar and checkpoints, on one device or many processes, resume it, and generate text from a checkpoint.
 
-**In the package** (`transformerbook.cli`): `main(argv)` runs `transformerbook train`, `transformerbook sample` or
-`transformerbook prepare` and returns the exit status (0 on success, 2 for a usage or input error, 1 when training
-diverged or a process of a distributed job died), printing any error as one line; `build_parser()` is its argparse
+**In the package** (`transformerbook.cli`): `main(argv)` runs `transformerbook train`, `sample`, `prepare`, `doctor`
+or a later chapter's command and returns the exit status (0 on success, 2 for a usage or input error, 1 when training
+diverged or a process of a distributed job stopped, 130 when interrupted), printing any error as one line; `build_parser()` is its argparse
 parser, whose `--help` documents every option;
 `model_card(path, data)` and `write_model_card(path, data)` describe a checkpoint in Markdown (`MODEL_CARD_NAME`). `python -m transformerbook` is the same command, which is how
 `torchrun` launches it.
@@ -467,7 +467,7 @@ _USER_ERRORS = (ValueError, TypeError, CheckpointError, DataUnavailableError, Ch
 
 # %% ../nbs/08a_cli.ipynb #bbe015a0
 def main(argv: list[str] | None = None, # arguments without the program name; None = sys.argv[1:]
-        ) -> int: # exit status: 0 success, 2 a usage or input error, 1 training diverged
+        ) -> int: # exit status: 0 success, 2 usage or input error, 1 diverged or a rank stopped, 130 interrupted
     "Entry point of the `transformerbook` console script."
     try:
         args = build_parser().parse_args(argv)

@@ -174,7 +174,8 @@ def write_text_atomically(path: str | Path, # the file to write or replace
                           text: str, # written as UTF-8
                          ) -> Path: # `path`
     """Write `text` to `path` atomically: a temporary file in the same folder replaces `path`, so a run killed while
-    writing leaves the old file whole and no temporary file behind. The one writer of the book's records and cards."""
+    writing leaves the old file whole (an exception, Ctrl-C included, also removes the temporary file; a process
+    killed by a signal may leave a `.<name>.*.tmp` file behind). The one writer of the book's records and cards."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -156,7 +156,7 @@ def apply_rotary(x: Tensor, # (B, H, T, Dh) queries or keys
                  cos: Tensor, # (T, Dh) or (B, 1, T, Dh): cos(t·ω_i), each frequency twice ([ω, ω] layout)
                  sin: Tensor, # same shape as cos
                 ) -> Tensor: # (B, H, T, Dh), each (x_i, x_{i+Dh/2}) pair turned by the angle t·ω_i
-    "Rotate every feature pair of x by its position's angle (Su et al. 2021 eq. 34, half-split layout as in Llama)."
+    "Rotate every feature pair of x by its position's angle (Su et al. 2021 eq. 34; HF Llama's half-split layout)."
     return x * cos + rotate_half(x) * sin  # (B, H, T, Dh)
 
 # %% ../nbs/05_embeddings.ipynb #6686d7ad
@@ -176,13 +176,13 @@ class RotaryEmbedding(nn.Module):
         self.context_length = context_length
         self.register_buffer("cos", angles.cos().float(), persistent=False)  # (C, Dh)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
-
     def forward(self, q: Tensor, # (B, H, T, Dh)
                 k: Tensor, # (B, KV, T, Dh)
                 position_ids: Tensor, # (T,) or (B, T) int64 in [0, context_length)
                ) -> tuple[Tensor, Tensor]: # rotated q and k, same shapes and dtypes
         "Rotate q and k by the angles of `position_ids` (Su et al. 2021 eq. 34); `ValueError` past the table's end."
-        if position_ids.numel() and (position_ids.min() < 0 or position_ids.max() >= self.context_length):
+        if position_ids.numel() and position_ids.min() < 0: raise ValueError(f"position {position_ids.min()} is < 0")
+        if position_ids.numel() and position_ids.max() >= self.context_length:
             raise ValueError(f"position {position_ids.max().item()} is beyond the rotary table's "
                              f"context_length={self.context_length}: crop the sequence or build a longer table")
         return self.rotate(q, k, self.cos_sin(position_ids))

@@ -129,7 +129,8 @@ def doctor_report(installed: dict[str, str] | None = None, locked: dict[str, str
 # %% ../nbs/00b_environment.ipynb #310c3aec
 def weights_sha256(model) -> str:
     """SHA-256 (hex) of a model's weights: the bytes of every tensor of its `state_dict()`, in name order, with the
-    names. Equal hashes mean the same model to the last bit; the experiments record it beside their numbers."""
+    names. Equal hashes mean the same tensor names and the same bytes
+    (shapes and dtypes are not hashed); the experiments record it beside their numbers."""
     import hashlib
 
     import torch

@@ -66,7 +66,7 @@ class GPTConfig:
     normalization: str = "layer"  # the kind of norm: "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama, Qwen3)
     n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None means n_heads
     d_head: int | None = None  # per-head width; None means d_model // n_heads (Qwen3 sets it explicitly)
-    qk_norm: bool = False  # RMSNorm on each head's queries and keys (Qwen3, OLMo 2)
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys (Qwen3)
     rope_theta: float = 10000.0  # θ of rotary positions (Llama 3: 500,000; Qwen3: 1,000,000)
     rope_scaling: dict | None = None  # Llama 3's frequency scaling (see `embeddings.rotary_frequencies`)
     causal: bool = True  # False: no causal mask, every position sees every other (BERT's encoder, chapter 11b)

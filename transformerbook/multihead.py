@@ -67,8 +67,8 @@ class AttentionContext(NamedTuple):
 # %% ../nbs/03_multihead.ipynb #d7722620
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention (J&M eqs. 10.17-10.19; Vaswani et al. 2017 §3.2.2): (B, T, D) -> (B, T, D). Its parts,
-    each a switch: `n_kv_heads` (grouped-query attention), `q_norm`/`k_norm` (QK-norm), `rotary`, `fused`; `scores`
-    and `pattern` show a hook the scaled scores (before the mask) and α, (B, H, T, S). `ValueError`: bad heads or x."""
+    each a switch: `n_kv_heads` (GQA), `q_norm`/`k_norm` (QK-norm), `rotary`, `fused`; `scores` and `pattern` show a
+    hook q·k/√d_head (before the mask) and α, (B, H, T, S). `ValueError`: bad heads or shapes; `TypeError`: dtypes."""
     def __init__(self, d_model: int, # model width D
                  n_heads: int, # query heads H; must divide d_model unless d_head is given
                  dropout: float = 0.0, # dropout on the attention weights and on the output
