@@ -45,6 +45,9 @@ def _close(a: Tensor, b: Tensor, atol: float = 1e-4) -> bool:
 def _rows_sum_to_one(w: Tensor, dim: int = -1) -> bool:
     return bool(torch.allclose(w.detach().double().sum(dim), torch.ones((), dtype=torch.float64), atol=1e-4))
 
+_ANY_RANK = ("the inputs are (..., T, d) with any number of leading dims, even none: count dims from the end, "
+             "k.transpose(-2, -1) and softmax(dim=-1) (not dims 2 and 3), and read d_k from q.shape[-1].")
+
 # %% ../../nbs/checks/01_attention.ipynb #2a417886
 @checker("Exercise 1.3 — attention weights softmax(q kᵀ/√d_k)")
 def check_attention_weights(fn: Callable, # your function: fn(q (..., T, d_k), k (..., S, d_k)) -> weights (..., T, S)
@@ -81,7 +84,7 @@ def check_attention_weights(fn: Callable, # your function: fn(q (..., T, d_k), k
     # A second, unbatched case with a different d_k catches a hard-coded scale.
     g = torch.Generator().manual_seed(1)  # seeded: the checker neither uses nor moves the global RNG
     q2, k2 = torch.randn(4, 3, generator=g), torch.randn(6, 3, generator=g)
-    w2 = call_learner(fn, q2, k2, what="fn(q (4, 3), k (6, 3))", hint="transpose only the last two dims of k.")
+    w2 = call_learner(fn, q2, k2, what="fn(q (4, 3), k (6, 3))", hint=_ANY_RANK)
     assert_tensors_close(w2, attention_weights(q2, k2), "weights for q (4, 3), k (6, 3)",
                          hint="read d_k from q.shape[-1]; do not hard-code it.")
 
@@ -104,8 +107,8 @@ def _masked_mistakes(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> dict[str,
         "you zeroed the weights after the softmax (weights * mask), so the kept weights no longer sum to 1. Mask the "
         "scores before the softmax: scores.masked_fill(~mask, torch.finfo(scores.dtype).min).":
             (torch.softmax(scores, dim=-1) * mask) @ v,
-        "you multiplied the scores by the mask (scores * mask): a masked score of 0 still gets weight e^0 in the "
-        "softmax. Replace masked scores with a large negative number: scores.masked_fill(~mask, ...).":
+        "you set the masked scores to 0 (scores * mask, or masked_fill(~mask, 0)): a score of 0 still gets weight "
+        "e^0 in the softmax. Set them to a large negative number: scores.masked_fill(~mask, torch.finfo(dtype).min).":
             torch.softmax(scores * mask, dim=-1) @ v,
         "a query row whose keys are all masked must output zeros (as torch's scaled_dot_product_attention does); "
         "yours averages all the values. Multiply the weights by mask.any(-1, keepdim=True).":
@@ -113,6 +116,34 @@ def _masked_mistakes(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> dict[str,
         "the masking is right but the scores are not scaled: divide q kᵀ by √d_k before masking (J&M eq. 10.16).":
             (torch.softmax(filled * math.sqrt(q.shape[-1]), dim=-1) * mask.any(-1, keepdim=True)) @ v,
     }
+
+def _unmasked_mistakes(q: Tensor, k: Tensor, v: Tensor) -> dict[str, Tensor]:
+    "Hint -> the output (..., T, d_v) that each scaling mistake gives without a mask."
+    scores, d_k = q @ k.transpose(-2, -1), q.shape[-1]  # (..., T, S) unscaled
+    return {f"the scores are not scaled: divide q kᵀ by √d_k = √{d_k} before the softmax (J&M eq. 10.16).":
+                torch.softmax(scores, dim=-1) @ v,
+            f"divide the scores by the square root of d_k (√{d_k} ≈ {math.sqrt(d_k):.3f}), not by d_k = {d_k}.":
+                torch.softmax(scores / d_k, dim=-1) @ v}
+
+# %% ../../nbs/checks/01_attention.ipynb #a723d6ff
+def _check_any_rank(fn: Callable, # fn(q, k, v, mask) -> (..., T, d_v)
+                    unmasked: bool, # also call fn(q, k, v) without a mask
+                   ) -> None:
+    """Check `fn` on unbatched (T, d) and batched (B, T, d) inputs with d_k = 3, with a causal mask (4, 6): the
+    exercises promise (..., T, d) inputs, and code written for 4-D (B, H, T, d) or for d_k = 8 fails here."""
+    g = torch.Generator().manual_seed(5)
+    for lead in ((), (2,)):
+        q, k = torch.randn(*lead, 4, 3, generator=g), torch.randn(*lead, 6, 3, generator=g)  # (..., T|S, d_k)
+        v = torch.randn(*lead, 6, 5, generator=g)  # (..., S, d_v)
+        for mask in ([None] if unmasked else []) + [causal_mask(4, 6)]:
+            args = (q, k, v) if mask is None else (q, k, v, mask)
+            what = (f"fn(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+                    + (")" if mask is None else f", causal mask {tuple(mask.shape)})"))
+            out = call_learner(fn, *args, what=what, hint=_ANY_RANK)
+            hard_coded = scaled_dot_product_attention(q * math.sqrt(3 / 8), k, v, mask)  # scores / √8, not / √3
+            hint = diagnose(out, {"you hard-coded d_k = 8: read it from q.shape[-1] (here d_k = 3).": hard_coded},
+                            _ANY_RANK)
+            assert_tensors_close(out, scaled_dot_product_attention(*args), f"output of {what}", hint=hint)
 
 # %% ../../nbs/checks/01_attention.ipynb #cba60649
 @checker("Exercise 1.4 — scaled dot-product attention with a mask")
@@ -124,12 +155,14 @@ def check_scaled_dot_product_attention(fn: Callable, # your function: fn(q, k, v
     out = call_learner(fn, q, k, v, what="fn(q, k, v) without a mask",
                        hint="mask must default to None, and the code must skip masking when it is None.")
     assert_tensors_close(out, scaled_dot_product_attention(q, k, v), "output without a mask",
-                         hint="output = softmax(q kᵀ/√d_k, dim=-1) @ v (J&M eq. 10.16).")
+                         hint=diagnose(out, _unmasked_mistakes(q, k, v),
+                                       "output = softmax(q kᵀ/√d_k, dim=-1) @ v (J&M eq. 10.16)."))
     for name, mask in _mask_cases().items():
         expected = scaled_dot_product_attention(q, k, v, mask)
         out = call_learner(fn, q, k, v, mask, what=f"fn(q, k, v, mask) with the {name} mask {tuple(mask.shape)}",
-                           hint="the bool mask broadcasts against the (B, H, T, S) scores: "
-                                "scores.masked_fill(~mask, ...).")
+                           hint="the bool mask may have fewer dims than the (B, H, T, S) scores; it broadcasts "
+                                "against them in scores.masked_fill(~mask, ...). Count its dims from the end: "
+                                "mask.any(-1, keepdim=True).")
         if not isinstance(out, Tensor):
             raise AssertionError(f"output with the {name} mask: expected a torch.Tensor, got {type(out).__name__}.")
         if out.shape == expected.shape and torch.isnan(out).any():
@@ -148,6 +181,7 @@ def check_scaled_dot_product_attention(fn: Callable, # your function: fn(q, k, v
             "set the scores where the mask is False to a large negative number before the softmax "
             "(scores.masked_fill(~mask, torch.finfo(scores.dtype).min)), softmax over the keys (dim=-1), then @ v."))
         assert_tensors_close(out, expected, f"output with the {name} mask", hint=hint)
+    _check_any_rank(fn, unmasked=True)
 
 # %% ../../nbs/checks/01_attention.ipynb #72a6fb53
 def equivariance_gap(attend: Callable, # maps x (..., T, D) to (..., T, D_out), one output row per position
@@ -268,6 +302,7 @@ def _sdpa_masks_weights_after_softmax(q, k, v, mask=None):  # zeroes weights aft
     w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
     return (w if mask is None else w * mask) @ v
 
+# %% ../../nbs/checks/01_attention.ipynb #601082a1
 @known_wrong(check_equivariance_gap, "output not permuted", hint="permute the second output too")
 def _gap_no_output_permutation(attend, x, perm):  # compares attend(x_perm) with attend(x)
     return (attend(x[..., perm, :]) - attend(x)).abs().max().item()
@@ -284,8 +319,7 @@ def _gap_mean(attend, x, perm):  # mean instead of max
 def _gap_signed(attend, x, perm):  # signed max: forgets .abs()
     return (attend(x[..., perm, :]) - attend(x)[..., perm, :]).max().item()
 
-@known_wrong(check_scaled_dot_product_attention, "scores multiplied by the mask",
-             hint="multiplied the scores by the mask")
+@known_wrong(check_scaled_dot_product_attention, "scores multiplied by the mask", hint="scores * mask")
 def _sdpa_scores_times_mask(q, k, v, mask=None):  # multiplies the scores by the mask: masked scores become 0, not -inf
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     return torch.softmax(scores if mask is None else scores * mask, dim=-1) @ v
@@ -293,6 +327,33 @@ def _sdpa_scores_times_mask(q, k, v, mask=None):  # multiplies the scores by the
 @known_wrong(check_equivariance_gap, "features permuted", hint="permuted the features")
 def _gap_feature_axis(attend, x, perm):  # permutes the last dim (features) instead of positions
     return (attend(x[..., perm]) - attend(x)[..., perm]).abs().max().item()
+
+# %% ../../nbs/checks/01_attention.ipynb #8f0b98d8
+known_wrong(check_attention_weights, "softmax over dim=3", hint="softmax(dim=-1)",  # right on 4-D inputs only
+            answer=lambda q, k: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=3))
+known_wrong(check_attention_weights, "k.transpose(2, 3)", hint="k.transpose(-2, -1)",
+            answer=lambda q, k: torch.softmax(q @ k.transpose(2, 3) / math.sqrt(q.shape[-1]), dim=-1))
+
+@known_wrong(check_scaled_dot_product_attention, "4-D only (dims 2 and 3)", hint="count dims from the end")
+def _sdpa_four_dims(q, k, v, mask=None):  # counts dims from the front: right for (B, H, T, d) only
+    scores = q @ k.transpose(2, 3) / math.sqrt(q.shape[3])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    w = torch.softmax(scores, dim=3)
+    return (w if mask is None else w * mask.any(-1, keepdim=True)) @ v
+
+@known_wrong(check_scaled_dot_product_attention, "hard-coded d_k = 8", hint="hard-coded d_k")
+def _sdpa_hard_coded_d_k(q, k, v, mask=None):
+    return scaled_dot_product_attention(q * math.sqrt(q.shape[-1] / 8), k, v, mask)  # scores / √8 for any d_k
+
+@known_wrong(check_scaled_dot_product_attention, "missing 1/sqrt(d_k)", hint="the scores are not scaled")
+def _sdpa_unscaled(q, k, v, mask=None):
+    return scaled_dot_product_attention(q * math.sqrt(q.shape[-1]), k, v, mask)  # softmax(q kᵀ) @ v
+
+@known_wrong(check_scaled_dot_product_attention, "masked scores set to 0", hint="masked_fill(~mask, 0)")
+def _sdpa_masked_fill_zero(q, k, v, mask=None):  # same values as scores * mask: e^0 still counts in the softmax
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores if mask is None else scores.masked_fill(~mask, 0), dim=-1) @ v
 
 # %% ../../nbs/checks/01_attention.ipynb #a06395b6
 META_CASES = meta_cases({check_attention_weights: attention_weights,

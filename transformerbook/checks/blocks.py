@@ -168,6 +168,20 @@ def check_affected_positions(affected_positions: Callable, # affected_positions(
                     f"but the outputs that change are {want.nonzero().flatten().tolist()}. "
                     f"Hint: {_affected_hint(affected_positions, got, want, x, t)}")
 
+# %% ../../nbs/checks/04_blocks.ipynb #db403981
+@known_wrong(check_layer_norm, "normalises x in place", hint="in place: it must not modify its inputs")
+def _layer_norm_in_place(x, gamma, beta, eps=1e-5):  # x -= mu changes the caller's tensor
+    mu, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)
+    x -= mu
+    x /= torch.sqrt(var + eps)
+    return gamma * x + beta
+
+@known_wrong(check_pre_norm_block, "residual added in place", hint="in place: it must not modify its inputs")
+def _pre_norm_in_place(x, attn, mlp, ln_1, ln_2):  # x += ... changes the caller's residual stream
+    x += attn(ln_1(x))
+    x += mlp(ln_2(x))
+    return x
+
 # %% ../../nbs/checks/04_blocks.ipynb #f1fd9d93
 def _ln_variant(kind: str):
     def layer_norm(x, gamma, beta, eps=1e-5):

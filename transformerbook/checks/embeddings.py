@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from .core import (assert_tensors_close, call_learner, check_against_reference, checker,
                                           diagnose, known_wrong, meta_cases)
@@ -32,17 +33,46 @@ def _one_hot_ref(token_ids, E):
     one_hot = F.one_hot(token_ids, num_classes=E.shape[0]).to(E.dtype)  # (B, T, V)
     return one_hot @ E  # (B, T, V) @ (V, D) -> (B, T, D)
 
+_ROW_SELECTORS = {torch.Tensor.__getitem__, F.embedding, torch.embedding, torch.index_select, torch.Tensor.index_select,
+                  torch.gather, torch.Tensor.gather, torch.take, torch.Tensor.take}
+
+class _RowSelectionWatch(TorchFunctionMode):
+    "Notes whether code run under it selects rows of E, or of a view of E, by indexing (E[ids], F.embedding, ...)."
+    def __init__(self, E: Tensor):
+        super().__init__()
+        self.storage, self.seen = E.untyped_storage().data_ptr(), False
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        index = args[1] if func is torch.Tensor.__getitem__ and len(args) > 1 else None
+        slices_only = all(i is None or i is Ellipsis or isinstance(i, slice)  # E[:, :2] is a view, not a selection
+                          for i in (index if isinstance(index, tuple) else (index,))) and index is not None
+        if func in _ROW_SELECTORS and not slices_only and any(
+                isinstance(a, Tensor) and a.untyped_storage().data_ptr() == self.storage
+                for a in (*args, *kwargs.values())):
+            self.seen = True
+        return func(*args, **kwargs)
+
+def _indexes_directly(embed: Callable, token_ids: Tensor, E: Tensor) -> bool:
+    "Whether `embed(token_ids, E)` selects rows of E by indexing instead of multiplying a one-hot tensor by E."
+    E = E.detach().clone().requires_grad_()
+    with _RowSelectionWatch(E) as watch:
+        try: embed(token_ids.clone(), E)
+        except Exception: return False  # it ran without error through call_learner; the value checks decide
+    return watch.seen
+
 # %% ../../nbs/checks/05_embeddings.ipynb #8f770441
 @checker("Exercise 5.1 — token embeddings as one-hot × E")
 def check_one_hot_embedding(embed: Callable, # embed(token_ids (B, T) int64, E (V, D)) -> (B, T, D)
                            ) -> None:
     """Check the reader's one-hot × E (J&M Figs. 10.10-10.11) against row selection `E[token_ids]`; gradients must
-    reach E."""
+    reach E, and E must not be indexed directly."""
     g = torch.Generator().manual_seed(0)
     V, D = 11, 4
     E = torch.randn(V, D, generator=g, requires_grad=True)
-    token_ids = torch.tensor([[5, 0, 10, 5], [3, 3, 1, 7]])
-    out = call_learner(embed, token_ids, E, what="embed")
+    token_ids = torch.tensor([[5, 0, 8, 5], [3, 3, 1, 7]])  # no id V - 1: a one-hot of max(id) + 1 columns is short
+    out = call_learner(embed, token_ids, E, what="embed(token_ids (2, 4) with ids < 9, E (11, 4))",
+                       hint="a one-hot from F.one_hot(token_ids) has only max(id) + 1 = 9 columns: pass "
+                            "num_classes=E.shape[0] so that it is (B, T, V) and fits E (V, D).")
     with torch.no_grad():
         mistakes = {"you returned the one-hot matrix itself; multiply it by E: (B, T, V) @ (V, D).":
                         F.one_hot(token_ids, V).float(),
@@ -55,6 +85,10 @@ def check_one_hot_embedding(embed: Callable, # embed(token_ids (B, T) int64, E (
         raise AssertionError("the result does not depend on E through autograd (requires_grad is False): "
                              "the embedding matrix could not be trained. Hint: compute it from E, don't detach or "
                              "copy.")
+    if _indexes_directly(embed, token_ids, E):
+        raise AssertionError("you indexed E directly (E[token_ids], F.embedding or index_select): the values are "
+                             "right, but the exercise asks for the product of a one-hot tensor (B, T, V) and E (V, D)."
+                             " Hint: F.one_hot(token_ids, num_classes=E.shape[0]).to(E.dtype) @ E.")
 
 # %% ../../nbs/checks/05_embeddings.ipynb #82b82fc1
 def _sinusoidal_mistakes(T: int, d_model: int) -> dict[str, Tensor]:
@@ -117,7 +151,8 @@ def check_rotation_matrix(rotation: Callable, # rotation(k, d_model) -> (d_model
 @checker("Exercise 5.4 — cosine similarity")
 def check_cosine_similarity(cos_sim: Callable, # cos_sim(u (..., D), v (..., D)) -> (...,)
                            ) -> None:
-    "Compare the reader's cosine similarity (6.390 eq. 11.1) with `F.cosine_similarity`, and its range."
+    """Compare the reader's cosine similarity (6.390 eq. 11.1) with `F.cosine_similarity(..., dim=-1)` on (5, 6) and
+    (2, 3, 6) inputs, and check that parallel vectors give 1."""
     g = torch.Generator().manual_seed(0)
     u, v = torch.randn(5, 6, generator=g) * 3, torch.randn(5, 6, generator=g)
     out = call_learner(cos_sim, u, v, what="cos_sim")
@@ -127,9 +162,27 @@ def check_cosine_similarity(cos_sim: Callable, # cos_sim(u (..., D), v (..., D))
                     1 - F.cosine_similarity(u, v, dim=-1)}
     hint = diagnose(out, mistakes, "sum u*v over the last axis and divide by u.norm(dim=-1) * v.norm(dim=-1).")
     assert_tensors_close(out, F.cosine_similarity(u, v, dim=-1), "cos_sim(u, v) for u, v (5, 6)", hint=hint)
+    u3, v3 = torch.randn(2, 3, 6, generator=g), torch.randn(2, 3, 6, generator=g)  # (..., D) with two leading dims
+    out3 = call_learner(cos_sim, u3, v3, what="cos_sim(u (2, 3, 6), v (2, 3, 6))")
+    axis_1 = ("you reduced over axis 1 (F.cosine_similarity's default is dim=1); the vectors lie along the LAST axis "
+              "of u, v (..., D): use sum(-1) and norm(dim=-1), or F.cosine_similarity(u, v, dim=-1).")
+    hint = diagnose(out3, {axis_1: F.cosine_similarity(u3, v3, dim=1)},
+                    "reduce over the last axis only: u, v (..., D) -> (...,), here (2, 3, 6) -> (2, 3).")
+    assert_tensors_close(out3, F.cosine_similarity(u3, v3, dim=-1), "cos_sim(u, v) for u, v (2, 3, 6)", hint=hint)
     same = call_learner(cos_sim, u, 2 * u, what="cos_sim")
     assert_tensors_close(same, torch.ones(5), "cos_sim(u, 2u) (parallel vectors give 1)",
                          hint="cosine similarity ignores length.")
+
+# %% ../../nbs/checks/05_embeddings.ipynb #a1e65c20
+known_wrong(check_one_hot_embedding, "one-hot without num_classes", hint="num_classes=E.shape[0]",
+            answer=lambda ids, E: F.one_hot(ids).to(E.dtype) @ E)  # max(id) + 1 columns, not V
+known_wrong(check_one_hot_embedding, "indexes E", hint="you indexed E directly", answer=lambda ids, E: E[ids])
+known_wrong(check_one_hot_embedding, "F.embedding", hint="you indexed E directly",
+            answer=lambda ids, E: F.embedding(ids, E))
+known_wrong(check_cosine_similarity, "sums over axis 1", hint="reduced over axis 1",  # right for 2-D inputs only
+            answer=lambda u, v: (u * v).sum(1) / (u.norm(dim=1) * v.norm(dim=1)))
+known_wrong(check_cosine_similarity, "F.cosine_similarity's default dim", hint="default is dim=1",
+            answer=lambda u, v: F.cosine_similarity(u, v))
 
 # %% ../../nbs/checks/05_embeddings.ipynb #8c365d3b
 @known_wrong(check_sinusoidal_encoding, "sin/cos swapped", hint="sin and cos are swapped")

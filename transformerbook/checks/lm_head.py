@@ -21,7 +21,7 @@ from ..lm_head import GPT, GPTConfig
 # %% auto #0
 __all__ = ['META_CASES', 'check_count_params', 'check_tie_weights', 'check_lens_probs']
 
-# %% ../../nbs/checks/06_lm_head.ipynb #07ead450
+# %% ../../nbs/checks/06_lm_head.ipynb #c161472a
 _COUNT_CONFIGS = [
     GPTConfig(vocab_size=100, context_length=16, d_model=32, n_heads=4, n_layers=2),
     GPTConfig(vocab_size=100, context_length=16, d_model=32, n_heads=4, n_layers=2, tie_weights=False),
@@ -53,14 +53,18 @@ def _diagnose(diff: int, model_cfg: GPTConfig) -> str:
     if not b and diff > 0: return "biases counted, but bias=False"
     return "count each part: E, P, per block (ln_1, attn q/k/v/out, ln_2, mlp fc/proj), ln_f, and an untied lm_head"
 
+# %% ../../nbs/checks/06_lm_head.ipynb #07ead450
 @checker("Exercise 6.1 — count a GPT's parameters")
 def check_count_params(count_params) -> None:
     "`count_params(model_cfg) -> int` must equal the number of distinct parameters of `GPT(model_cfg)`."
     for model_cfg in _COUNT_CONFIGS:
         with torch.device("meta"):
             expected = GPT(model_cfg).n_params()
-        got = count_params(model_cfg)
-        if isinstance(got, Tensor): got = got.item()
+        got = call_learner(count_params, GPTConfig(**model_cfg.to_dict()), what="count_params(model_cfg)", hint=(
+            "use GPTConfig's field names: vocab_size, context_length, d_model, n_heads, n_layers, d_ff, bias, "
+            "positional, norm_placement, tie_weights."))  # a copy: changing a field leaves the configs as they are
+        if isinstance(got, Tensor) and got.numel() == 1: got = got.item()
+        if isinstance(got, float) and got.is_integer(): got = int(got)  # 29184.0 counts as 29184
         if not isinstance(got, int) or isinstance(got, bool):
             raise AssertionError(f"count_params returned {type(got).__name__} {got!r}; expected an int")
         if got != expected:
@@ -89,6 +93,10 @@ def _count_no_layer_norms(model_cfg):  # forgets every LayerNorm's γ and β
     D, b = model_cfg.d_model, int(model_cfg.bias)
     n_norms = 2 * model_cfg.n_layers + (model_cfg.norm_placement == "pre")
     return _count_params(model_cfg) - n_norms * (D + b * D)
+
+@known_wrong(check_count_params, "nanoGPT's field names", hint="use GPTConfig's field names")
+def _count_nanogpt_names(model_cfg):  # n_embd, block_size: nanoGPT's names, not GPTConfig's
+    return _count_params(GPTConfig(d_model=model_cfg.n_embd, context_length=model_cfg.block_size))
 
 @known_wrong(check_count_params, "no biases", hint="biases missing")
 def _count_no_biases(model_cfg):  # forgets the linear layers' biases
@@ -156,38 +164,50 @@ def _tie_transposed(model):  # E.T has shape (D, V)
 def _tie_positions(model):  # the wrong matrix
     model.lm_head.weight = model.embeddings.position.weight
 
-# %% ../../nbs/checks/06_lm_head.ipynb #2a6285f3
-@checker("Exercise 6.3 — the logit lens's next-token distribution")
-def check_lens_probs(lens_probs) -> None:
-    "`lens_probs(model, h)` (B, T, D) -> (B, T, V) must be softmax(lm_head(ln_f(h))) over the vocabulary."
+# %% ../../nbs/checks/06_lm_head.ipynb #6d91c899
+def _lens_model(tied: bool) -> GPT:
+    "A small seeded GPT with larger weights, so that mistakes show; untied, its head is a matrix unlike E."
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=40, context_length=16, d_model=16, n_heads=2, n_layers=2)).eval()
+    model = GPT(GPTConfig(vocab_size=40, context_length=16, d_model=16, n_heads=2, n_layers=2, tie_weights=tied))
     with torch.no_grad():
         model.ln_f.weight.uniform_(0.5, 2.0)
         model.ln_f.bias.normal_(0.0, 0.5)
         model.embeddings.token.weight.normal_(0.0, 1.0)  # larger logits, so mistakes show clearly
-    ids = torch.randint(0, 40, (2, 5))
-    for layer, h in enumerate(model.residual_stream(ids)[:-1]):
-        h = 3.0 * h + 1.0  # a stream of some scale and offset, as deep layers have
-        with torch.no_grad():
-            expected = model.lm_head(model.ln_f(h)).softmax(dim=-1)
-            probs = call_learner(lens_probs, model, h)
-        if not isinstance(probs, Tensor) or probs.shape != expected.shape:
-            raise AssertionError(f"lens_probs returned {getattr(probs, 'shape', type(probs).__name__)}, expected a "
-                                 f"tensor of shape (B, T, V) = {tuple(expected.shape)}")
-        sums = probs.sum(dim=-1)
-        if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
+        if not tied: model.lm_head.weight.normal_(0.0, 1.0)
+    return model.eval()
+
+_UNTIED = ("you unembedded with E (model.embeddings.token.weight), which is the head only in a tied model: "
+           "use model.lm_head")
+
+# %% ../../nbs/checks/06_lm_head.ipynb #2a6285f3
+@checker("Exercise 6.3 — the logit lens's next-token distribution")
+def check_lens_probs(lens_probs) -> None:
+    "`lens_probs(model, h)` (B, T, D) -> (B, T, V) must be softmax(lm_head(ln_f(h))), on a tied and an untied GPT."
+    for tied in (True, False):
+        model = _lens_model(tied)
+        ids = torch.randint(0, 40, (2, 5))
+        for layer, h in enumerate(model.residual_stream(ids)[:-1]):
+            h = 3.0 * h + 1.0  # a stream of some scale and offset, as deep layers have
             with torch.no_grad():
                 logits = model.lm_head(model.ln_f(h))
-            hint = diagnose(probs, {"you returned the logits: apply softmax over the vocabulary (eq. 10.45).": logits,
-                                    "your softmax runs over the positions (dim=1): apply it over the last axis, "
-                                    "the vocabulary.": logits.softmax(dim=1)},
-                            "apply softmax over the last axis (the vocabulary), after the head.", atol=1e-4)
-            raise AssertionError("probabilities over the vocabulary sum to "
-                                 f"{sums.min().item():.3g}..{sums.max().item():.3g}, not 1. Hint: {hint}")
-        assert_tensors_close(probs, expected, f"probabilities from the stream after block {layer}", atol=1e-5,
-                             hint="normalise h with model.ln_f before model.lm_head (eq. 10.44), "
-                                  "then softmax (eq. 10.45)")
+                probs = call_learner(lens_probs, model, h)
+            if not isinstance(probs, Tensor) or probs.shape != logits.shape:
+                raise AssertionError(f"lens_probs returned {getattr(probs, 'shape', type(probs).__name__)}, expected "
+                                     f"a tensor of shape (B, T, V) = {tuple(logits.shape)}")
+            sums = probs.sum(dim=-1)
+            if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
+                hint = diagnose(probs, {"you returned the logits: apply softmax over the vocabulary (eq. 10.45).":
+                                        logits, "your softmax runs over the positions (dim=1): apply it over the "
+                                        "last axis, the vocabulary.": logits.softmax(dim=1)},
+                                "apply softmax over the last axis (the vocabulary), after the head.", atol=1e-4)
+                raise AssertionError("probabilities over the vocabulary sum to "
+                                     f"{sums.min().item():.3g}..{sums.max().item():.3g}, not 1. Hint: {hint}")
+            with torch.no_grad():
+                by_e = (model.ln_f(h) @ model.embeddings.token.weight.T).softmax(dim=-1)
+            hint = diagnose(probs, {} if tied else {_UNTIED: by_e}, "normalise h with model.ln_f before "
+                            "model.lm_head (eq. 10.44), then softmax (eq. 10.45)")
+            assert_tensors_close(probs, logits.softmax(dim=-1), f"probabilities from the stream after block {layer} "
+                                 f"({'tied' if tied else 'untied'} head)", atol=1e-5, hint=hint)
 
 # %% ../../nbs/checks/06_lm_head.ipynb #2fb2a543
 def _lens_probs(model, h):
@@ -200,6 +220,10 @@ def _lens_no_ln_f(model, h):  # skips the final LayerNorm
 @known_wrong(check_lens_probs, "softmax over positions", hint="runs over the positions")
 def _lens_wrong_axis(model, h):  # softmax over positions
     return model.lm_head(model.ln_f(h)).softmax(dim=1)
+
+@known_wrong(check_lens_probs, "unembeds with E, not lm_head", hint="which is the head only in a tied model")
+def _lens_by_embeddings(model, h):  # right only while the head is tied to E
+    return (model.ln_f(h) @ model.embeddings.token.weight.T).softmax(dim=-1)
 
 @known_wrong(check_lens_probs, "logits, not probabilities", hint="you returned the logits")
 def _lens_logits(model, h):  # forgets the softmax

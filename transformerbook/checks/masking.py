@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..attention import scaled_dot_product_attention
+from .attention import _check_any_rank
 from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
 from ..masking import causal_mask, combine_masks, make_padding_mask
 
@@ -113,12 +114,30 @@ def check_combine_masks(fn, # fn(causal (T, S), key_padding (B, S)) -> (B, 1, T,
                 causal[None, None] & key_padding[:, None, :, None] if T == S else None,
         })
 
+# %% ../../nbs/checks/02_masking.ipynb #f58a5c29
+def _masked_attention_hint(out: Tensor, q: Tensor, k: Tensor, v: Tensor, m: Tensor) -> str:
+    "The hint for a wrong masked-attention output: the classic mistake `out` reproduces, else what to check."
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, S)
+    keep = lambda mm: scores.masked_fill(~mm, torch.finfo(scores.dtype).min)
+    flipped = "the mask polarity is flipped: True means 'may attend', so fill the scores where the mask is " \
+              "False (masked_fill(~mask, ...))."
+    return diagnose(out, {
+        flipped: scaled_dot_product_attention(q, k, v, ~m),
+        flipped + " Then zero the rows with no allowed key (weights * mask.any(-1, keepdim=True)).":
+            torch.softmax(keep(~m), dim=-1) @ v,
+        "rows with no allowed key must output zeros, but yours average all the values: multiply the weights by "
+        "mask.any(-1, keepdim=True).": torch.softmax(keep(m), dim=-1) @ v,
+        "you zeroed the weights after the softmax, so the kept weights no longer sum to 1: fill the masked "
+        "scores before the softmax.": (torch.softmax(scores, dim=-1) * m) @ v,
+    }, default=("masked keys must get weight 0 (masked_fill(~mask, ...) before the softmax), scores scaled by "
+                "1/sqrt(d_k), softmax over the last (key) axis, and rows with no allowed key must be all zeros."))
+
 # %% ../../nbs/checks/02_masking.ipynb #83be4eff
 @checker("Exercise 2.5 — masked attention without NaN")
 def check_masked_attention(fn, # fn(q, k, v, mask) -> (..., T, d_v); mask (..., T, S) bool, True = may attend
                           ) -> None:
     """Check `fn(q, k, v, mask)`, with q (..., T, d_k), k (..., S, d_k), v (..., S, d_v), against the book's attention,
-    including queries whose every key is masked."""
+    including queries whose every key is masked, and on 2-D and 3-D inputs."""
     g = torch.Generator().manual_seed(0)
     B, H, T, d_k, d_v = 2, 3, 5, 8, 4
     q, k = torch.randn(B, H, T, d_k, generator=g), torch.randn(B, H, T, d_k, generator=g)
@@ -130,33 +149,21 @@ def check_masked_attention(fn, # fn(q, k, v, mask) -> (..., T, d_v); mask (..., 
     for what, m in cases.items():
         ref = scaled_dot_product_attention(q, k, v, m)
         out = call_learner(fn, q, k, v, m, what=f"fn(q, k, v, mask) with {what} {tuple(m.shape)}",
-                           hint="the bool mask broadcasts against the (B, H, T, S) scores: "
-                                "scores.masked_fill(~mask, ...).")
+                           hint="the bool mask may have fewer dims than the (B, H, T, S) scores; it broadcasts "
+                                "against them in scores.masked_fill(~mask, ...). Count its dims from the end: "
+                                "mask.any(-1, keepdim=True).")
         if isinstance(out, Tensor) and out.shape == ref.shape and torch.isnan(out).any():
             rows = torch.nonzero(torch.isnan(out).any(-1)).tolist()
             raise AssertionError(f"with {what}: your output has NaN in rows (b, h, t) = {rows[:3]}..., where the mask "
                                  "allows no key at all. Hint: softmax over a row of -inf is 0/0; use a finite "
                                  "minimum (torch.finfo(dtype).min) and zero the rows where mask.any(-1) is False.")
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, H, T, T)
-        keep = lambda mm: scores.masked_fill(~mm, torch.finfo(scores.dtype).min)
-        flipped = "the mask polarity is flipped: True means 'may attend', so fill the scores where the mask is " \
-                  "False (masked_fill(~mask, ...))."
-        hint = diagnose(out, {
-            flipped: scaled_dot_product_attention(q, k, v, ~m),
-            flipped + " Then zero the rows with no allowed key (weights * mask.any(-1, keepdim=True)).":
-                torch.softmax(keep(~m), dim=-1) @ v,
-            "rows with no allowed key must output zeros, but yours average all the values: multiply the weights by "
-            "mask.any(-1, keepdim=True).": torch.softmax(keep(m), dim=-1) @ v,
-            "you zeroed the weights after the softmax, so the kept weights no longer sum to 1: fill the masked "
-            "scores before the softmax.": (torch.softmax(scores, dim=-1) * m) @ v,
-        }, default=("masked keys must get weight 0 (masked_fill(~mask, ...) before the softmax), scores scaled by "
-                    "1/sqrt(d_k), softmax over the last (key) axis, and rows with no allowed key must be all zeros."))
-        assert_tensors_close(out, ref, f"output with {what}", hint=hint)
+        assert_tensors_close(out, ref, f"output with {what}", hint=_masked_attention_hint(out, q, k, v, m))
         if what.startswith("a causal + left"):
             no_key = (~m.any(-1)).expand(B, H, T)  # (B, 1, T) -> (B, H, T): queries with no allowed key
             if out[no_key].abs().any():
                 raise AssertionError(f"with {what}: rows with no allowed key must output exactly zeros. "
                                      "Hint: multiply the weights by mask.any(-1, keepdim=True).")
+    _check_any_rank(fn, unmasked=False)  # (T, d) and (B, T, d) inputs with d_k = 3
 
 # %% ../../nbs/checks/02_masking.ipynb #2fee89bc
 def _causal_reference(T): return torch.ones(T, T).tril().bool()
@@ -203,6 +210,14 @@ def _attention_flipped(q, k, v, mask):
 def _attention_unmasked_rows_uniform(q, k, v, mask):  # -1e9 instead of zeros: fully masked rows average all values
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -1e9)
     return torch.softmax(scores, dim=-1) @ v
+@known_wrong(check_masked_attention, "4-D only (dims 2 and 3)", hint="count dims from the end")
+def _attention_four_dims(q, k, v, mask):  # counts dims from the front: right for (B, H, T, d) only
+    scores = (q @ k.transpose(2, 3) / math.sqrt(q.shape[3])).masked_fill(~mask, torch.finfo(q.dtype).min)
+    return (torch.softmax(scores, dim=3) * mask.any(-1, keepdim=True)) @ v
+@known_wrong(check_masked_attention, "hard-coded d_k = 8", hint="hard-coded d_k")
+def _attention_hard_coded_d_k(q, k, v, mask):
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~mask, torch.finfo(q.dtype).min)
+    return (torch.softmax(scores, dim=-1) * mask.any(-1, keepdim=True)) @ v
 
 META_CASES = meta_cases({check_causal_mask: _causal_reference, check_padding_mask: _padding_reference,
                          check_combine_masks: _combine_reference, check_masked_attention: _attention_reference})

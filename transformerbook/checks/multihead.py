@@ -104,42 +104,72 @@ def _copy_projections(reference: nn.Module, candidate) -> None:
             layer.weight.copy_(ref.weight)
             layer.bias.copy_(ref.bias)
 
+# %% ../../nbs/checks/03_multihead.ipynb #a61472ec
+_FLIPPED = ("the mask polarity is flipped: True means 'may attend', so fill the scores where the mask is False "
+            "(masked_fill(~mask, ...)).")
+
+def _forward(mine, x: Tensor, mask: Tensor | None):
+    "The reader's module on `x` (and `mask`), called through `call_learner`."
+    return call_learner((lambda: mine(x)) if mask is None else (lambda: mine(x, mask=mask)),
+                        what=f"forward(x {tuple(x.shape)}" + (")" if mask is None else f", mask {tuple(mask.shape)})"),
+                        hint="the mask (B, 1, T, T) or (T, T) broadcasts against the (B, H, T, T) scores.")
+
+def _check_no_nan(out, expected: Tensor, name: str, mask: Tensor | None) -> None:
+    "Explain a NaN in `out`: -inf on a fully masked row, or, where every query has an allowed key, a flipped mask."
+    if isinstance(out, Tensor) and out.shape == expected.shape and torch.isnan(out).any():
+        idx = tuple(torch.nonzero(torch.isnan(out))[0].tolist())
+        if mask is not None and bool(mask.any(-1).all()):  # no query is fully masked, yet a row was
+            raise AssertionError(f"{name} contains NaN (first at index {idx}), though every query may attend some "
+                                 f"key under this mask. Hint: {_FLIPPED}")
+        raise AssertionError(f"{name} contains NaN (first at index {idx}). Hint: with float('-inf') a query "
+                             "whose keys are all masked gets softmax of all -inf = 0/0. Fill with "
+                             "torch.finfo(scores.dtype).min and multiply the weights by "
+                             "mask.any(-1, keepdim=True), so such rows output 0 (before out_proj).")
+
 # %% ../../nbs/checks/03_multihead.ipynb #275fa629
 def _mha_mistakes(ref: MultiHeadAttention, x: Tensor, mask: Tensor | None) -> dict[str, Tensor]:
     "Hint -> the output (B, T, D) that each classic multi-head mistake gives with `ref`'s weights."
     B, T, D = x.shape
     H = ref.n_heads
     q, k, v = (p(x).view(B, T, H, D // H).transpose(1, 2) for p in (ref.q_proj, ref.k_proj, ref.v_proj))
-    def attend(scale, use_mask=True, zero_empty_rows=True, out_proj=True):
+    def attend(scale, keep=mask, zero_rows=mask, out_proj=True):
+        "Keep the keys where `keep` is True; zero the query rows where `zero_rows` has no True."
         scores = q @ k.transpose(-2, -1) / math.sqrt(scale)  # (B, H, T, T)
-        w = torch.softmax(scores if mask is None or not use_mask else
-                          scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-1)
-        if mask is not None and use_mask and zero_empty_rows:
-            w = w * mask.any(-1, keepdim=True)
+        w = torch.softmax(scores if keep is None else
+                          scores.masked_fill(~keep, torch.finfo(scores.dtype).min), dim=-1)
+        w = w if zero_rows is None else w * zero_rows.any(-1, keepdim=True)
         out = (w @ v).transpose(1, 2).reshape(B, T, D)
         return ref.out_proj(out) if out_proj else out
     Dh = D // H
     with torch.no_grad():
-        return {"scale the scores by 1/sqrt(d_head) = 1/sqrt(d_model / n_heads), not 1/sqrt(d_model).": attend(D),
-                "apply out_proj to the merged heads (J&M eq. 10.19: ... W^O).": attend(Dh, out_proj=False),
-                "the mask is ignored: fill the scores where mask is False before the softmax.":
-                    attend(Dh, use_mask=False),
-                "a query whose keys are all masked must output 0 (before out_proj), like the book's attention: "
-                "multiply the weights by mask.any(-1, keepdim=True).": attend(Dh, zero_empty_rows=False)}
+        found = {"scale the scores by 1/sqrt(d_head) = 1/sqrt(d_model / n_heads), not 1/sqrt(d_model).": attend(D),
+                 "apply out_proj to the merged heads (J&M eq. 10.19: ... W^O).": attend(Dh, out_proj=False),
+                 "the mask is ignored: fill the scores where mask is False before the softmax.":
+                     attend(Dh, keep=None, zero_rows=None),
+                 "a query whose keys are all masked must output 0 (before out_proj), like the book's attention: "
+                 "multiply the weights by mask.any(-1, keepdim=True).": attend(Dh, zero_rows=None)}
+        if mask is not None:  # True read as "blocked": the empty rows zeroed by the mask, by ~mask or not at all
+            found |= {_FLIPPED: attend(Dh, keep=~mask),
+                      _FLIPPED + " Zero the empty rows by mask.any(-1, keepdim=True), not by ~mask.":
+                          attend(Dh, keep=~mask, zero_rows=~mask),
+                      _FLIPPED + " Then zero the rows with no allowed key (weights * mask.any(-1, keepdim=True)).":
+                          attend(Dh, keep=~mask, zero_rows=None)}
+    return found
 
 # %% ../../nbs/checks/03_multihead.ipynb #249952b8
 @checker("Exercise 3.4 — a multi-head attention class")
 def check_multihead_class(
     cls, # cls(d_model, n_heads), an nn.Module with q_proj/k_proj/v_proj/out_proj; forward(x, mask=None)
 ) -> None:
-    "Build `cls`, copy the reference's weights into it, and compare outputs with and without masks."
+    "Build `cls`, copy the reference's weights into it, and compare outputs in eval mode, with and without masks."
     for d_model, n_heads in ((16, 4), (12, 3), (8, 1)):
         torch.manual_seed(d_model)
-        ref = MultiHeadAttention(d_model, n_heads)
+        ref = MultiHeadAttention(d_model, n_heads).eval()
         for p in ref.parameters():  # non-zero biases, so that forgetting one shows
             nn.init.normal_(p, std=0.5)
         mine = call_learner(cls, d_model, n_heads, what=f"cls(d_model={d_model}, n_heads={n_heads})")
         _copy_projections(ref, mine)
+        if isinstance(mine, nn.Module): mine.eval()  # dropout (the book's module has it) is off when comparing
         x = torch.randn(2, 5, d_model)
         masks = {"no mask": None, "a causal mask": causal_mask(5),
                  "a causal + padding mask": combine_masks(causal_mask(5), make_padding_mask([5, 3], 5)),
@@ -148,17 +178,12 @@ def check_multihead_class(
                                                                make_padding_mask([5, 2], 5, side="left"))}
         for what, mask in masks.items():
             name = f"output (d_model={d_model}, n_heads={n_heads}, {what})"
-            out = call_learner((lambda: mine(x)) if mask is None else (lambda: mine(x, mask=mask)),
-                               what=f"forward(x {tuple(x.shape)}"
-                                    + (")" if mask is None else f", mask {tuple(mask.shape)})"),
-                               hint="the mask (B, 1, T, T) or (T, T) broadcasts against the (B, H, T, T) scores.")
+            out = _forward(mine, x, mask)
+            if mask is None and isinstance(out, Tensor) and not torch.equal(out, _forward(mine, x, None)):
+                raise AssertionError("forward gave two different outputs for the same x in eval mode. Hint: use "
+                                     "nn.Dropout (or F.dropout(..., training=self.training)), which eval() turns off.")
             expected = ref(x, mask=mask)
-            if isinstance(out, Tensor) and out.shape == expected.shape and torch.isnan(out).any():
-                idx = tuple(torch.nonzero(torch.isnan(out))[0].tolist())
-                raise AssertionError(f"{name} contains NaN (first at index {idx}). Hint: with float('-inf') a query "
-                                     "whose keys are all masked gets softmax of all -inf = 0/0. Fill with "
-                                     "torch.finfo(scores.dtype).min and multiply the weights by "
-                                     "mask.any(-1, keepdim=True), so such rows output 0 (before out_proj).")
+            _check_no_nan(out, expected, name, mask)
             hint = diagnose(out, _mha_mistakes(ref, x, mask), default=(
                 "split heads as view(B, T, H, Dh).transpose(1, 2), merge them back in the same order, apply out_proj, "
                 "and keep the keys where mask is True."))
@@ -300,6 +325,39 @@ def _from_torch_kqv(theirs): return _from_torch(theirs, order=(1, 0, 2))
 def _from_torch_transposed(theirs): return _from_torch(theirs, transpose=True)
 @known_wrong(check_from_torch, "biases dropped", hint="biases are missing")
 def _from_torch_no_bias(theirs): return _from_torch(theirs, biases=False)
+
+# %% ../../nbs/checks/03_multihead.ipynb #43e25a4c
+class _MHAWithDropout(_MHAReference):
+    "Right, with nn.Dropout on the attention weights (as the book's module has): the checker compares in eval mode."
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        self.attn_dropout = nn.Dropout(0.1)
+
+    def forward(self, x, mask=None):
+        q, k, v = (_split_reference(p(x), self.n_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+        scores = q @ k.transpose(-2, -1) / self.scale  # (B, H, T, T)
+        if mask is not None: scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, -1)
+        if mask is not None: weights = weights * mask.any(-1, keepdim=True)
+        return self.out_proj(_merge_reference(self.drop(weights) @ v))
+
+    def drop(self, weights): return self.attn_dropout(weights)
+
+@known_wrong(check_multihead_class, "dropout always on", hint="two different outputs for the same x")
+class _MHADropoutAlwaysOn(_MHAWithDropout):
+    "Wrong: functional dropout with training=True, which eval() cannot turn off."
+    def drop(self, weights): return nn.functional.dropout(weights, 0.1, training=True)
+
+@known_wrong(check_multihead_class, "mask polarity flipped", hint="mask polarity is flipped")
+class _MHAFlippedMask(_MHAReference):
+    "Wrong: reads True as 'blocked' (fills the scores where the mask is True)."
+    def forward(self, x, mask=None): return super().forward(x, None if mask is None else ~mask)
+
+@known_wrong(check_multihead_class, "mask flipped, -inf fill", hint="mask polarity is flipped")
+class _MHAFlippedMinusInf(_MHAReference):
+    "Wrong: flipped mask and a -inf fill: NaN already under a causal mask, whose last row it blocks entirely."
+    def __init__(self, d_model, n_heads): super().__init__(d_model, n_heads, fill=float("-inf"))
+    def forward(self, x, mask=None): return super().forward(x, None if mask is None else ~mask)
 
 # %% ../../nbs/checks/03_multihead.ipynb #3777d0e3
 META_CASES = meta_cases({check_split_heads: _split_reference, check_merge_heads: _merge_reference,

@@ -33,12 +33,15 @@ def _logits(seed: int = 0, shape: tuple[int, ...] = (3, 40), scale: float = 3.0)
     "Seeded float32 logits of the given shape (last axis = vocabulary)."
     return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
-def _as_tensor(out, name: str, like: Tensor) -> Tensor:
-    "Check that `out` is a tensor shaped like `like`, or raise `AssertionError` naming what came back."
+_ONE_ROW = "work on the last axis only (dim=-1), so that a 1-D vector of logits (V,) gives back a (V,) tensor."
+
+def _as_tensor(out, name: str, like: Tensor, hint: str = "") -> Tensor:
+    "Check that `out` is a tensor shaped like `like`, or raise `AssertionError` naming what came back (and `hint`)."
     if not isinstance(out, Tensor):
         raise AssertionError(f"{name}: expected a torch.Tensor, got {type(out).__name__}.")
     if out.shape != like.shape:
-        raise AssertionError(f"{name}: shape {tuple(out.shape)}, expected {tuple(like.shape)} (same as the logits).")
+        raise AssertionError(f"{name}: shape {tuple(out.shape)}, expected {tuple(like.shape)} (same as the "
+                             "logits)." + (f" Hint: {hint}" if hint else ""))
     return out
 
 def _sampling_test(logits: Tensor, expected_logits: Tensor, name: str, seed: int = 0) -> None:
@@ -57,6 +60,7 @@ def _sampling_test(logits: Tensor, expected_logits: Tensor, name: str, seed: int
         raise AssertionError(f"{name}: in {_N_DRAWS} draws token {i} came up with frequency {freq[i]:.4f}, but its "
                              f"probability should be {expected[i]:.4f} (allowed ±{bound[i]:.4f}, 5 binomial std).")
 
+# %% ../../nbs/checks/07_sampling.ipynb #6894c5f7
 def _kept_set(out: Tensor, expected: Tensor, logits: Tensor, name: str, hint: str = "") -> None:
     "Assert `out` removes (-inf) exactly the tokens `expected` removes and leaves the kept logits unchanged."
     kept, want = torch.isfinite(out), torch.isfinite(expected)
@@ -102,8 +106,8 @@ def check_temperature(fn: Callable, # your function: fn(logits (..., V), tempera
                                  "return logits; dividing probabilities by τ does not change the distribution.")
         assert_tensors_close(torch.softmax(out, -1), torch.softmax(expected, -1), f"softmax(your logits) at τ={tau}",
                              hint="temperature divides the logits: softmax(u / τ).")
-    one_row = call_learner(fn, logits[0].clone(), 0.7, what="fn(logits (40,), τ=0.7)",
-                           hint="work on the last axis only, so a 1-D vector of logits works too.")
+    one_row = _as_tensor(call_learner(fn, logits[0].clone(), 0.7, what="fn(logits (40,), τ=0.7)", hint=_ONE_ROW),
+                         "temperature on logits (40,), τ=0.7", logits[0], _ONE_ROW)
     _sampling_test(one_row, apply_temperature(logits[0], 0.7), "sampling at τ=0.7")
 
 # %% ../../nbs/checks/07_sampling.ipynb #80465137
@@ -114,8 +118,9 @@ def check_top_k(
     "Check the tokens `fn(logits, k)` keeps against `top_k_filter` (k = 1, 5, V, > V, and a tie), then by sampling."
     logits = _logits(1)
     for k in (1, 5, 40, 100):
-        out = _as_tensor(call_learner(fn, logits.clone(), k, what=f"fn(logits (3, 40), k={k})",
-                                      hint="k can exceed the vocabulary size V: use min(k, V)."),
+        out = _as_tensor(call_learner(fn, logits.clone(), k, what=f"fn(logits (3, 40), k={k})", hint=(
+            "k can exceed the vocabulary size V: use min(k, V)." if k > 40 else "the k-th largest logit of each row "
+            "must keep its axis to broadcast against (..., V): topk(logits, k).values[..., -1:], not [..., -1].")),
                          f"top_k k={k}", logits)
         n_kept = torch.isfinite(out).sum(-1)
         hint = ("you keep k+1 tokens: the k-th largest logit is topk(...).values[..., -1], keep logits >= it."
@@ -126,8 +131,8 @@ def check_top_k(
     _kept_set(_as_tensor(call_learner(fn, tie.clone(), 2, what="fn(logits with a tie, k=2)"), "top_k on a tie", tie),
               top_k_filter(tie, 2), tie, "top_k k=2 with a tie",
               "keep every logit >= the k-th largest, so both tied tokens stay (Hugging Face does the same).")
-    one_row = call_learner(fn, logits[0].clone(), 5, what="fn(logits (40,), k=5)",
-                           hint="work on the last axis only, so a 1-D vector of logits works too.")
+    one_row = _as_tensor(call_learner(fn, logits[0].clone(), 5, what="fn(logits (40,), k=5)", hint=_ONE_ROW),
+                         "top_k on logits (40,), k=5", logits[0], _ONE_ROW)
     _sampling_test(one_row, top_k_filter(logits[0], 5), "sampling after top_k k=5")
 
 # %% ../../nbs/checks/07_sampling.ipynb #16e8ddd1
@@ -163,8 +168,8 @@ def check_top_p(
         raise AssertionError("top_p p=1e-4: a row has no token left. "
                              "Hint: always keep at least the most probable token.")
     _kept_set(tiny, top_p_filter(logits, 1e-4), logits, "top_p p=1e-4")
-    one_row = call_learner(fn, logits[0].clone(), 0.9, what="fn(logits (30,), p=0.9)",
-                           hint="work on the last axis only, so a 1-D vector of logits works too.")
+    one_row = _as_tensor(call_learner(fn, logits[0].clone(), 0.9, what="fn(logits (30,), p=0.9)", hint=_ONE_ROW),
+                         "top_p on logits (30,), p=0.9", logits[0], _ONE_ROW)
     _sampling_test(one_row, top_p_filter(logits[0], 0.9), "sampling after top_p p=0.9")
 
 # %% ../../nbs/checks/07_sampling.ipynb #6744830d
@@ -215,6 +220,20 @@ def _tail_probability(probs: Tensor, p: float, n_steps: int) -> float:
     tail = float(probs.double()[~nucleus].sum())
     return 1.0 - (1.0 - tail) ** n_steps
 
+def _tail_mistakes(tail: float, n: int) -> dict[str, float]:
+    "Hint -> what each classic slip in the n-step formula 1 - (1 - tail)**n gives (most equal it when n = 1)."
+    found = {"(1 - tail)**n is the chance that every draw stays in the nucleus; we want the opposite, at least one "
+             "draw outside it: 1 - (1 - tail)**n.": (1.0 - tail) ** n}
+    if n > 1:
+        found |= {"you returned the tail mass of a single draw; over n_steps independent draws the chance that at "
+                  "least one leaves the nucleus is 1 - (1 - tail)**n.": tail,
+                  "this is the chance that *every* draw is in the tail (tail**n); "
+                  "we want *at least one*: 1 - (1 - tail)**n.": tail ** n,
+                  "n * tail is only the union bound; the exact chance is 1 - (1 - tail)**n.": n * tail,
+                  "1 - tail**n misplaces the parentheses: all n draws stay inside with probability (1 - tail)**n, "
+                  "so the answer is 1 - (1 - tail)**n.": 1.0 - tail ** n}
+    return found
+
 # %% ../../nbs/checks/07_sampling.ipynb #3de566f6
 @checker("Exercise 7.6 — chance that pure sampling leaves the top-p nucleus")
 def check_tail_probability(fn: Callable, # your function: fn(probs (V,), p, n_steps) -> float in [0, 1]
@@ -236,12 +255,8 @@ def check_tail_probability(fn: Callable, # your function: fn(probs (V,), p, n_st
                                  f"got {got if isinstance(got, str) else type(got).__name__}.")
         want = _tail_probability(probs, p, n)
         tail = _tail_probability(probs, p, 1)
-        hint = ("this is the chance that *every* draw is in the tail (tail**n); "
-                "we want *at least one*: 1 - (1 - tail)**n."
-                if math.isclose(got, tail ** n, abs_tol=1e-9) and n > 1 else
-                "n * tail is only the union bound; the exact chance is 1 - (1 - tail)**n."
-                if math.isclose(got, n * tail, abs_tol=1e-9) and n > 1 else
-                "the tail is everything outside the nucleus; the nucleus includes the token that crosses p.")
+        hint = next((h for h, value in _tail_mistakes(tail, n).items() if math.isclose(got, value, abs_tol=1e-9)),
+                    "the tail is everything outside the nucleus; the nucleus includes the token that crosses p.")
         if not math.isclose(got, want, rel_tol=1e-4, abs_tol=1e-6):
             raise AssertionError(f"probs of {probs.numel()} tokens, p={p}, n_steps={n}: got {got:.6g}, expected "
                                  f"{want:.6g} (tail mass {tail:.4g}). Hint: {hint}")
@@ -356,6 +371,33 @@ def _tail_wrong_nucleus(probs, p, n_steps):
     "Wrong: the nucleus leaves out the token that crosses p."
     nucleus = torch.isfinite(_top_p_excludes_crossing(probs.double().log(), p))
     return 1.0 - (1.0 - float(probs.double()[~nucleus].sum())) ** n_steps
+
+# %% ../../nbs/checks/07_sampling.ipynb #fa466a87
+@known_wrong(check_tail_probability, "tail mass of one draw", hint="the tail mass of a single draw")
+def _tail_one_step(probs, p, n_steps):
+    "Wrong: forgets n_steps and returns the tail mass."
+    return _tail_probability(probs, p, 1)
+
+@known_wrong(check_tail_probability, "(1 - tail) ** n", hint="every draw stays in the nucleus")
+def _tail_all_inside(probs, p, n_steps):
+    "Wrong: the chance that no draw leaves the nucleus."
+    return (1.0 - _tail_probability(probs, p, 1)) ** n_steps
+
+@known_wrong(check_top_k, "k-th largest without keepdim", hint="must keep its axis")
+def _top_k_no_keepdim(logits, k):
+    "Wrong: values[..., -1] drops the last axis, so it broadcasts against the wrong axis (or fails)."
+    kth = torch.topk(logits, min(k, logits.shape[-1])).values[..., -1]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+@known_wrong(check_temperature, "returns a list for 1-D logits", hint="expected a torch.Tensor, got list")
+def _temperature_list(logits, temperature):
+    "Wrong for one row: converts the result to a Python list."
+    return (logits / temperature).tolist() if logits.dim() == 1 else logits / temperature
+
+@known_wrong(check_top_p, "always 2-D", hint="a 1-D vector of logits (V,)")
+def _top_p_always_2d(logits, p):
+    "Wrong for one row: reshapes to (N, V) and returns (1, V) for a (V,) input."
+    return top_p_filter(logits.reshape(-1, logits.shape[-1]), p)
 
 # %% ../../nbs/checks/07_sampling.ipynb #7856197e
 META_CASES = meta_cases({check_temperature: apply_temperature, check_top_k: top_k_filter, check_top_p: top_p_filter,

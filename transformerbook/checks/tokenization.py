@@ -56,7 +56,7 @@ def _bpe_merges(ids: list[int], vocab_size: int, pick=most_frequent_pair, apply:
 def check_get_pair_counts(fn, # the learner's `get_pair_counts(ids) -> {(a, b): count}`
                          ) -> None:
     "Compare `fn` with `transformerbook.tokenization.get_pair_counts` on small id lists, overlaps included."
-    cases = [([1, 2, 3, 1, 2], "count every adjacent pair; (1, 2) occurs twice."),
+    cases = [([1, 2, 3, 1, 2, 3], "count every adjacent pair; (1, 2) and (2, 3) occur twice."),
              ([97, 97, 97], "overlapping pairs count: positions 0-1 and 1-2 are both (97, 97), so its count is 2."),
              ([1, 2, 1, 2, 1], "count (a, b) and (b, a) separately, and every position i from 0 to len(ids) - 2."),
              ([], "an empty list has no pairs."), ([7], "a single id has no pairs."),
@@ -76,6 +76,8 @@ def check_get_pair_counts(fn, # the learner's `get_pair_counts(ids) -> {(a, b): 
                 "positions i and i+1 for i < len(ids) - 1.": get_pair_counts(ids + ids[:1]) if len(ids) > 1 else {},
                 "you recorded which pairs occur, not how often: add 1 for every occurrence.":
                     dict.fromkeys(expected, 1),
+                "you missed the last pair: it starts at position len(ids) - 2, so loop over range(len(ids) - 1).":
+                    get_pair_counts(ids[:-1]),
             }, hint)
             _fail(what, got, expected, hint)
 
@@ -96,6 +98,9 @@ def check_merge(fn, # the learner's `merge(ids, pair, new_id) -> list[int]`
         original = list(ids)
         got = call_learner(fn, ids, pair, new_id, what=what, hint=hint)
         if ids != original: raise AssertionError(f"{what} modified its input to {ids}; return a new list instead.")
+        if not isinstance(got, (list, tuple)):
+            raise AssertionError(f"{what} returned {type(got).__name__}, expected a list of ids."
+                                 + (" Hint: did you forget `return out`?" if got is None else ""))
         expected = merge(original, pair, new_id)
         if list(got) != expected:
             at = [i for i in range(len(original) - 1) if tuple(original[i:i + 2]) == tuple(pair)]
@@ -121,9 +126,9 @@ def check_train_bpe(fn, # the learner's `train_bpe(text, vocab_size) -> {(a, b):
              ("hello hello world, hello there", 266, "recount the pairs after every merge, on the merged ids."),
              ("é汉🤗 é汉🤗 é汉", 262, "work on text.encode('utf-8'), not on characters."),
              ("ab", 300, "stop when no pairs are left: 'ab' gives one merge.")]
-    for text, vocab_size, hint in cases:
+    for text, vocab_size, case_hint in cases:
         what = f"train_bpe({text!r}, {vocab_size})"
-        got = call_learner(fn, text, vocab_size, what=what, hint=hint)
+        got = call_learner(fn, text, vocab_size, what=what, hint=case_hint)
         if not isinstance(got, Mapping):
             raise AssertionError(f"{what} returned a {type(got).__name__}, expected a dict")
         expected = BasicBPETokenizer().train(text, vocab_size).merges
@@ -136,7 +141,7 @@ def check_train_bpe(fn, # the learner's `train_bpe(text, vocab_size) -> {(a, b):
             "counting again, or the same pair wins every time.": _bpe_merges(raw, vocab_size, apply=False),
             "work on text.encode('utf-8') (bytes 0-255), not on characters' code points.":
                 _bpe_merges([ord(c) for c in text], vocab_size),
-        }, hint)
+        }, case_hint)
         got_order = sorted(((int(new), tuple(pair)) for pair, new in got.items()))
         exp_order = sorted((new, pair) for pair, new in expected.items())
         for (g_id, g_pair), (e_id, e_pair) in zip(got_order, exp_order):
@@ -144,6 +149,9 @@ def check_train_bpe(fn, # the learner's `train_bpe(text, vocab_size) -> {(a, b):
                 raise AssertionError(f"{what}: merge number {e_id - 255} should be {e_pair} -> {e_id}, yours is "
                                      f"{g_pair} -> {g_id}. Hint: {hint}")
         if len(got_order) != len(exp_order):
+            if len(exp_order) == vocab_size - 256 and hint == case_hint:  # no early stop here: the count is off
+                hint = (f"vocab_size counts the 256 byte tokens, so make vocab_size - 256 = {vocab_size - 256} "
+                        "merges, with new ids 256 to vocab_size - 1: range(256, vocab_size).")
             raise AssertionError(f"{what}: {len(got_order)} merges, expected {len(exp_order)}. Hint: {hint}")
 
 # %% ../../nbs/checks/05a_tokenization.ipynb #4c6c3521
@@ -259,6 +267,30 @@ def _decode_per_token_strict(ids, vocab): return "".join(vocab[i].decode("utf-8"
 def _decode_latin1(ids, vocab): return b"".join(vocab[i] for i in ids).decode("latin-1")
 @known_wrong(check_decode, "strict UTF-8 (no errors='replace')", hint="errors='replace'")
 def _decode_strict(ids, vocab): return b"".join(vocab[i] for i in ids).decode("utf-8")
+
+# %% ../../nbs/checks/05a_tokenization.ipynb #c9d6d301
+@known_wrong(check_get_pair_counts, "misses the last pair", hint="you missed the last pair")
+def _counts_missing_last(ids):
+    "Loops over range(len(ids) - 2), one position short, so the final pair is never counted."
+    counts = {}
+    for i in range(len(ids) - 2):
+        counts[(ids[i], ids[i + 1])] = counts.get((ids[i], ids[i + 1]), 0) + 1
+    return counts
+
+@known_wrong(check_merge, "forgets to return", hint="did you forget `return out`")
+def _merge_no_return(ids, pair, new_id):
+    "Builds the merged list but never returns it (returns None)."
+    out = merge(ids, pair, new_id)  # noqa: F841
+
+@known_wrong(check_train_bpe, "one merge too many", hint="vocab_size - 256 = 3 merges")
+def _train_one_extra(text, vocab_size):
+    "Loops over range(256, vocab_size + 1): vocab_size - 255 merges, the last id is vocab_size."
+    return _train_variant(text, vocab_size + 1)
+
+@known_wrong(check_train_bpe, "one merge too few", hint="vocab_size - 256 = 3 merges")
+def _train_one_short(text, vocab_size):
+    "Loops over range(256, vocab_size - 1): vocab_size - 257 merges."
+    return _train_variant(text, vocab_size - 1)
 
 # %% ../../nbs/checks/05a_tokenization.ipynb #ad1d58e5
 known_wrong(check_get_pair_counts, "non-overlapping counts (like str.count)", hint="overlapping pairs count",

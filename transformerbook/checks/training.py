@@ -84,7 +84,7 @@ def check_lm_loss(lm_loss) -> None:
                              hint="score logits[:, :-1] against token_ids[:, 1:], skip padded targets, "
                                   "average the rest")
 
-# %% ../../nbs/checks/08_training.ipynb #b14cf33e
+# %% ../../nbs/checks/08_training.ipynb #58139e77
 # The separator is 99, and 0 is an ordinary token inside documents, so a hard-coded separator shows. The first case's
 # stream (3 + 1 + 2 + 1 + 1 + 1 = 9 tokens) is an exact multiple of T = 3: its last window is the one an early-stopping
 # loop loses.
@@ -112,6 +112,7 @@ def _pack_mistakes(docs: list, T: int, eos: int) -> dict[str, Tensor]:
             torch.tensor(stream + [eos] * (-len(stream) % T), dtype=torch.long).view(-1, T),
     }
 
+# %% ../../nbs/checks/08_training.ipynb #b14cf33e
 @checker("Exercise 8.2 — packing documents into context windows")
 def check_pack(pack) -> None:
     "Check `pack(documents, context_length, eos_token_id)` against `pack_documents` on hand-made cases."
@@ -127,6 +128,10 @@ def check_pack(pack) -> None:
             "drop the leftover tokens."))
         assert_tensors_close(out, expected, f"pack({docs}, context_length={T}, eos_token_id={_PACK_EOS})",
                              atol=0, rtol=0, hint=hint)
+        if out.dtype != torch.int64:
+            raise AssertionError(f"pack returned the right windows as {out.dtype}, expected torch.int64: token ids are "
+                                 "integers, and nn.Embedding and cross_entropy want int64. Hint: "
+                                 "torch.tensor(..., dtype=torch.long).")
 
 # %% ../../nbs/checks/08_training.ipynb #a0e2b000
 _SCHEDULES = [TrainConfig(max_iters=200, learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, lr_decay_iters=150),
@@ -262,6 +267,17 @@ def _lr_late_cosine(step, train_cfg):
         ratio = (step - train_cfg.warmup_iters + 1) / (train_cfg.decay_iters - train_cfg.warmup_iters)
         return train_cfg.min_lr + 0.5 * (1 + math.cos(math.pi * ratio)) * (train_cfg.learning_rate - train_cfg.min_lr)
     return lr_at(step, train_cfg)
+
+# %% ../../nbs/checks/08_training.ipynb #53f4e3fe
+@known_wrong(check_pack, "float windows", hint="expected torch.int64")
+def _pack_float(documents, context_length, eos_token_id):
+    "Wrong: the right windows, as float32 (torch.Tensor(rows) or torch.tensor of floats)."
+    return pack_documents(documents, context_length, eos_token_id).float()
+
+@known_wrong(check_pack, "int32 windows", hint="expected torch.int64")
+def _pack_int32(documents, context_length, eos_token_id):
+    "Wrong: the right windows, as int32."
+    return pack_documents(documents, context_length, eos_token_id).to(torch.int32)
 
 # %% ../../nbs/checks/08_training.ipynb #5c486fe1
 META_CASES = meta_cases({check_lm_loss: lm_loss_reference, check_pack: pack_documents, check_lr_schedule: lr_at})

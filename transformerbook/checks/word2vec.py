@@ -59,10 +59,23 @@ def _ns_mistakes(model, centers, contexts, negatives) -> dict:
 @checker("Exercise 5b.1 — negative-sampling loss")
 def check_negative_sampling_loss(fn: Callable, # fn(model, centers (P,), contexts (P,), negatives (P, K)) -> scalar
                                 ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
-    "Check `fn` against the negative-sampling loss on seeded SkipGram models; name the mistake when it is a known one."
+    """Check `fn` against the negative-sampling loss on seeded SkipGram models, naming a known mistake; then check
+    that the loss can train both tables (gradients reach `model.center` and `model.context`)."""
     check_against_reference(fn, _ns_reference, [_case(0), _case(1)], what="fn(model, centers, contexts, negatives)",
                             name="loss", mistakes=_ns_mistakes,
                             hint="compare with -(logsigmoid(u_o·v) + Σ_k logsigmoid(-u_n·v)).mean().")
+    model, *batch = _case(2)
+    loss = call_learner(fn, model, *batch, what="fn(model, centers, contexts, negatives)")
+    if not loss.requires_grad:
+        raise AssertionError("the loss has the right value but requires_grad is False: it does not depend on the "
+                             "model's weights through autograd, so training could not update them. Hint: look the "
+                             "vectors up with model.center(...) and model.context(...), not .weight.data, and do not "
+                             "compute the loss under torch.no_grad() or detach it.")
+    tables = {"center": model.center.weight, "context": model.context.weight}
+    for table, grad in zip(tables, torch.autograd.grad(loss, list(tables.values()), allow_unused=True)):
+        if grad is None or not grad.any():
+            raise AssertionError(f"no gradient reaches model.{table}.weight, so training would never update that "
+                                 f"table. Hint: take its vectors with model.{table}(...), without .data or .detach().")
 
 # %% ../../nbs/checks/05b_word2vec.ipynb #2ade7dbd
 @known_wrong(check_negative_sampling_loss, "flipped noise sign", hint="NEGATIVE dot product")
@@ -79,6 +92,22 @@ def _ns_one_table(model, c, o, n):
     v = model.center(c)
     return -(F.logsigmoid((model.center(o) * v).sum(-1))
              + F.logsigmoid(-(model.center(n) * v[:, None]).sum(-1)).sum(-1)).mean()
+
+@known_wrong(check_negative_sampling_loss, "weights via .data", hint="requires_grad is False")
+def _ns_weight_data(model, c, o, n):  # the right number, but cut off from autograd: it cannot train the model
+    v = model.center.weight.data[c]
+    return -(F.logsigmoid((model.context.weight.data[o] * v).sum(-1))
+             + F.logsigmoid(-(model.context.weight.data[n] * v[:, None]).sum(-1)).sum(-1)).mean()
+
+@known_wrong(check_negative_sampling_loss, "under torch.no_grad()", hint="requires_grad is False")
+def _ns_no_grad(model, c, o, n):
+    with torch.no_grad(): return _ns_reference(model, c, o, n)
+
+@known_wrong(check_negative_sampling_loss, "center vectors detached", hint="no gradient reaches model.center.weight")
+def _ns_center_detached(model, c, o, n):
+    v = model.center(c).detach()
+    return -(F.logsigmoid((model.context(o) * v).sum(-1))
+             + F.logsigmoid(-(model.context(n) * v[:, None]).sum(-1)).sum(-1)).mean()
 
 # %% ../../nbs/checks/05b_word2vec.ipynb #ef4bfbb8
 @checker("Exercise 5b.2 — how many skip-gram pairs")
