@@ -1,8 +1,10 @@
 """The symbols, shape letters, tensor names and mask convention used throughout the book, how they map onto the
 textbooks' and the libraries' names, and the checks every module runs on its arguments.
 
-**In the package** (`transformerbook.validation`): the checks that every module calls on its arguments. Each raises
-`ValueError` (a bad value) or `TypeError` (a bad type) with a message that starts with the argument's name:
+**In the package** (`transformerbook.validation`): the checks that every module calls on its arguments. The number
+and choice checks raise `ValueError` for anything outside their rule, a wrong type included; the tensor checks raise
+`TypeError` for a wrong type or dtype and `ValueError` for a wrong shape. Each message names the offending argument or
+value:
 `check_positive_int` (and `check_positive_ints` for several), `check_nonnegative_int`,
 `check_positive_even_int`, `check_int_in_range`, `check_positive_number` and `check_in_interval` for numbers (`is_int`
 and `is_number` refuse bools), `check_choice` for one of a named set of choices (such as `embeddings.POSITIONALS`),

@@ -133,6 +133,8 @@ _EXAMPLES = [
     "Oh: strained, it droppeth as the gentle rain from heaven upon the place beneath, and then other words",
     "thequalityofmercyisnotstrainediidroppethasthegentlerainfromheavenuponthe place",  # same letters, one long word
     "a completely different sentence that shares nothing at all with the speech about mercy in it",
+    "strained; it droppeth as the gentle rain from heaven upon the place beneath.",  # exactly 13 words, all shared
+    "He quality of mercy is not strained, it droppeth as the gentle rain, on me",  # 'he' ends 'the': 12 shared
 ]
 
 def _contaminated_reference(train_text, examples, n=13): return contaminated(train_text, examples, n)
@@ -149,7 +151,17 @@ def _char_ngrams(train_text, examples, n=13):
     grams = lambda t: {norm(t)[i:i + n] for i in range(len(norm(t)) - n + 1)}
     g = grams(train_text)
     return [bool(grams(e) & g) for e in examples]
+def _last_gram_dropped(train_text, examples, n=13):  # range(len(words) - n): the last n-gram is never built
+    words = lambda t: re.findall(r"[a-z']+", t.lower())
+    grams = lambda t: {tuple(words(t)[i:i + n]) for i in range(len(words(t)) - n)}
+    g = grams(train_text)
+    return [bool(grams(e) & g) for e in examples]
+def _joined_substring(train_text, examples, n=13):  # looks an n-gram up in the training text as a string
+    words = lambda t: re.findall(r"[a-z']+", t.lower())
+    train = " ".join(words(train_text))
+    return [any(" ".join(words(e)[i:i + n]) in train for i in range(len(words(e)) - n + 1)) for e in examples]
 
+# %% ../../nbs/checks/11a_evaluation.ipynb #da0f6d77
 @checker("Exercise 11a.2 — the 13-gram overlap")
 def check_contaminated(fn, # fn(train_text, examples, n=13) -> list[bool]
                       ) -> None:
@@ -167,16 +179,23 @@ def check_contaminated(fn, # fn(train_text, examples, n=13) -> list[bool]
              "a single shared n-gram makes an example dirty; the whole example need not occur (example 2)":
                  _whole_example(_TRAIN, _EXAMPLES),
              "compare n-grams of words, not of characters (example 3 has the same letters but other words)":
-                 _char_ngrams(_TRAIN, _EXAMPLES)}
+                 _char_ngrams(_TRAIN, _EXAMPLES),
+             "build every n-gram, including the last one: range(len(words) - n + 1) (example 5 is exactly n words, "
+             "one n-gram)": _last_gram_dropped(_TRAIN, _EXAMPLES),
+             "compare tuples of whole words: a joined n-gram looked up in the training string can start mid-word "
+             "(example 6 begins with 'he', the end of 'The')": _joined_substring(_TRAIN, _EXAMPLES)}
     hint = next((h for h, wrong in hints.items() if got == wrong), "an example is dirty iff one of its n-word "
                 "sequences (normalised) occurs in the training text")
     raise AssertionError(f"yours {got}, expected {expected} for the examples {[e[:30] + '...' for e in _EXAMPLES]}. "
                          f"Hint: {hint}.")
 
+# %% ../../nbs/checks/11a_evaluation.ipynb #fce8ed9e
 known_wrong(check_contaminated, "no normalisation", hint="lower-case the words", answer=_no_normalisation)
 known_wrong(check_contaminated, "n-1", hint="(n-1)-grams", answer=_n_minus_one)
 known_wrong(check_contaminated, "whole example", hint="single shared", answer=_whole_example)
 known_wrong(check_contaminated, "characters", hint="not of characters", answer=_char_ngrams)
+known_wrong(check_contaminated, "last n-gram dropped", hint="including the last", answer=_last_gram_dropped)
+known_wrong(check_contaminated, "joined-string lookup", hint="can start mid-word", answer=_joined_substring)
 
 # %% ../../nbs/checks/11a_evaluation.ipynb #29107f7a
 def _epochs_reference(n_tokens, weight, n_training_tokens): return epochs_elapsed(n_tokens, weight, n_training_tokens)

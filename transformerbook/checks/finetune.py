@@ -34,6 +34,18 @@ def _corrupt_case() -> tuple[Tensor, Tensor]:
     padding_mask = (torch.arange(512) < 400).expand(64, -1).clone()
     return token_ids, padding_mask
 
+def _corrupt_call(fn, token_ids: Tensor, padding_mask: Tensor | None, seed: int, hint: str = "") -> tuple:
+    "`fn`'s (corrupted, targets) at mask_rate 0.15 with a generator seeded `seed`, checked for type and shape."
+    out = call_learner(fn, token_ids, _MASK, _V, torch.Generator().manual_seed(seed), 0.15, padding_mask, hint=hint,
+                       what="fn(token_ids, mask_id, vocab_size, generator, 0.15, "
+                            f"{'padding_mask' if padding_mask is not None else 'None'})")
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, Tensor) for t in out)):
+        raise AssertionError("return a pair of tensors (corrupted, targets).")
+    for name, t in zip(("corrupted", "targets"), out):
+        if t.shape != token_ids.shape or t.dtype != torch.int64:
+            raise AssertionError(f"{name}: shape {tuple(t.shape)} {t.dtype}, expected {tuple(token_ids.shape)} int64.")
+    return out
+
 def _corrupt_stats(token_ids, padding_mask, corrupted, targets) -> dict:
     "What the checker measures: rates over the real positions and over the chosen ones."
     chosen = targets != IGNORE_INDEX
@@ -45,19 +57,8 @@ def _corrupt_stats(token_ids, padding_mask, corrupted, targets) -> dict:
             "replaced": ((corrupted != token_ids) & (corrupted != _MASK) & real).sum().item() / n}
 
 # %% ../../nbs/checks/11b_finetune.ipynb #97c4b94a
-@checker("Exercise 11b.1 — BERT's masked-language-model corruption")
-def check_mlm_corrupt(fn: Callable, # fn(token_ids, mask_id, vocab_size, generator, mask_rate, padding_mask)
-                     ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
-    "Check the statistics and invariants of `fn`'s corruption on a seeded batch; name the mistake."
-    token_ids, padding_mask = _corrupt_case()
-    out = call_learner(fn, token_ids.clone(), _MASK, _V, torch.Generator().manual_seed(1), 0.15, padding_mask,
-                       what="fn(token_ids, mask_id, vocab_size, generator, 0.15, padding_mask)")
-    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, Tensor) for t in out)):
-        raise AssertionError("return a pair of tensors (corrupted, targets).")
-    corrupted, targets = out
-    for name, t in (("corrupted", corrupted), ("targets", targets)):
-        if t.shape != token_ids.shape or t.dtype != torch.int64:
-            raise AssertionError(f"{name}: shape {tuple(t.shape)} {t.dtype}, expected {tuple(token_ids.shape)} int64.")
+def _check_corruption(token_ids, padding_mask, corrupted, targets) -> None:
+    "The invariants and statistics of one corruption; padding_mask (B, T) bool, all True when there is no padding."
     chosen = targets != IGNORE_INDEX
     if chosen.all():
         raise AssertionError("every target is set. Hint: targets must be -100 (IGNORE_INDEX) outside the chosen "
@@ -83,6 +84,25 @@ def check_mlm_corrupt(fn: Callable, # fn(token_ids, mask_id, vocab_size, generat
         raise AssertionError(f"of the chosen positions {s['masked']:.1%} became [MASK], {s['replaced']:.1%} a "
                              f"random id and {s['kept']:.1%} stayed. Hint: 80% [MASK], 10% a random token, 10% "
                              f"unchanged.")
+
+# %% ../../nbs/checks/11b_finetune.ipynb #123c9897
+@checker("Exercise 11b.1 — BERT's masked-language-model corruption")
+def check_mlm_corrupt(fn: Callable, # fn(token_ids, mask_id, vocab_size, generator, mask_rate, padding_mask)
+                     ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
+    ("Check the statistics and invariants of `fn`'s corruption on a seeded batch, with padding and without "
+     "(padding_mask=None), and that the same seed gives the same corruption; name the mistake.")
+    token_ids, padding_mask = _corrupt_case()
+    corrupted, targets = _corrupt_call(fn, token_ids, padding_mask, seed=1)
+    _check_corruption(token_ids, padding_mask, corrupted, targets)
+    again = _corrupt_call(fn, token_ids, padding_mask, seed=1)
+    if not (torch.equal(again[0], corrupted) and torch.equal(again[1], targets)):
+        raise AssertionError("two calls with generators seeded alike gave different corruptions. Hint: draw every "
+                             "random number from `generator` (torch.rand(shape, generator=generator), "
+                             "torch.randint(..., generator=generator)), so that a seeded run can be repeated.")
+    corrupted, targets = _corrupt_call(fn, token_ids, None, seed=2,
+                                       hint="padding_mask=None (the default, as mlm_batch_fn calls it) means no "
+                                            "padding: use padding_mask only when it is given.")
+    _check_corruption(token_ids, torch.ones_like(padding_mask), corrupted, targets)
 
 # %% ../../nbs/checks/11b_finetune.ipynb #322e6f9c
 def _corrupt_reference(token_ids, mask_id, vocab_size, generator=None, mask_rate=0.15, padding_mask=None):
@@ -110,6 +130,23 @@ def _corrupt_ignores_padding(token_ids, mask_id, vocab_size, generator=None, mas
 def _corrupt_rate_swapped(token_ids, mask_id, vocab_size, generator=None, mask_rate=0.15, padding_mask=None):
     chosen = (torch.rand(token_ids.shape, generator=generator) < 0.8) & padding_mask  # 80% chosen, all masked
     return torch.where(chosen, mask_id, token_ids), torch.where(chosen, token_ids, IGNORE_INDEX)
+
+# %% ../../nbs/checks/11b_finetune.ipynb #1310baec
+@known_wrong(check_mlm_corrupt, "padding_mask None", hint="use padding_mask only when it is given")
+def _corrupt_needs_padding(token_ids, mask_id, vocab_size, generator=None, mask_rate=0.15, padding_mask=None):
+    chosen = torch.rand(token_ids.shape, generator=generator) < mask_rate
+    chosen &= padding_mask  # TypeError on the default None
+    return mlm_corrupt(token_ids, mask_id, vocab_size, generator, mask_rate, padding_mask)
+
+@known_wrong(check_mlm_corrupt, "generator ignored", hint="draw every random number from `generator`")
+def _corrupt_unseeded(token_ids, mask_id, vocab_size, generator=None, mask_rate=0.15, padding_mask=None):
+    return mlm_corrupt(token_ids, mask_id, vocab_size, None, mask_rate, padding_mask)  # the global RNG
+
+@known_wrong(check_mlm_corrupt, "in place", hint="in place")
+def _corrupt_in_place(token_ids, mask_id, vocab_size, generator=None, mask_rate=0.15, padding_mask=None):
+    corrupted, targets = mlm_corrupt(token_ids, mask_id, vocab_size, generator, mask_rate, padding_mask)
+    token_ids.copy_(corrupted)  # writes [MASK] into the caller's batch
+    return token_ids, targets
 
 # %% ../../nbs/checks/11b_finetune.ipynb #3682fd84
 def _freeze_case() -> tuple[SequenceClassifier, Tensor, Tensor, Tensor]:

@@ -67,7 +67,8 @@ def check_apply_rotary(rotate) -> None:
     x = torch.randn(2, 3, 6, 8, generator=g, dtype=torch.float64)  # (B, H, T, Dh)
     pos = torch.arange(6)
     cos, sin = rope.cos[pos], rope.sin[pos]  # (T, Dh)
-    got = call_learner(rotate, x, cos, sin, what="rotate(x, cos, sin)")
+    expected = apply_rotary(x, cos, sin)  # before the call, from the checker's own x
+    got = call_learner(rotate, x, cos, sin, what="rotate(x, cos, sin)")  # on copies; changing one in place fails
     x1, x2 = x.chunk(2, dim=-1)
     xe, xo = x[..., 0::2], x[..., 1::2]
     c, s = cos[:, :4], sin[:, :4]
@@ -80,7 +81,7 @@ def check_apply_rotary(rotate) -> None:
         "the sine term is missing: x·cos + rotate_half(x)·sin.": x * cos,
         "cos and sin are swapped.": x * sin + rotate_half(x) * cos,
     }, default="compare with x·cos + rotate_half(x)·sin, rotate_half([x₁, x₂]) = [-x₂, x₁].")
-    assert_tensors_close(got, apply_rotary(x, cos, sin), name="rotated x", hint=hint)
+    assert_tensors_close(got, expected, name="rotated x", hint=hint)
 
 # %% ../../nbs/checks/12_modern.ipynb #b6ab7a9c
 def _cache_ref(n_layers: int, n_heads: int, n_kv_heads: int, d_head: int, n_tokens: int, bytes_per_element: int) -> int:
@@ -131,6 +132,8 @@ def check_swiglu(cls) -> None:
         if not isinstance(layer, nn.Linear):
             raise AssertionError(f"MySwiGLU has no nn.Linear called {name!r}. "
                                  "Hint: w1 and w3 map d_model -> d_ff, w2 maps back.")
+        if layer.bias is not None:
+            raise AssertionError(f"{name} has a bias. Hint: SwiGLU's layers have none, as in Llama: bias=False.")
         if layer.weight.shape != getattr(ref, name).weight.shape:
             raise AssertionError(f"{name}.weight has shape {tuple(layer.weight.shape)}, expected "
                                  f"{tuple(getattr(ref, name).weight.shape)}. "
@@ -138,7 +141,6 @@ def check_swiglu(cls) -> None:
     with torch.no_grad():
         for name in ("w1", "w2", "w3"):
             getattr(mine, name).weight.copy_(getattr(ref, name).weight)
-            if getattr(mine, name).bias is not None: getattr(mine, name).bias.zero_()
     x = torch.randn(2, 5, 12)
     with torch.no_grad():
         got = call_learner(mine, x, what="MySwiGLU(12, 32)(x)")
@@ -152,15 +154,6 @@ def check_swiglu(cls) -> None:
         assert_tensors_close(got, ref(x), name="SwiGLU output", hint=hint)
 
 # %% ../../nbs/checks/12_modern.ipynb #1281ae0b
-def _swiglu_variant(kind: str) -> type:
-    class Wrong(_SwiGLURef):
-        def forward(self, x: Tensor) -> Tensor:
-            a, b = self.w1(x), self.w3(x)
-            if kind == "gate on up": return self.w2(a * F.silu(b))
-            if kind == "gelu": return self.w2(F.gelu(a) * b)
-            return self.w2(F.silu(a))  # "no gate"
-    return Wrong
-
 @known_wrong(check_rms_norm, "mean subtracted", hint="that is LayerNorm")
 def _rms_mean_subtracted(x, w, eps):
     return w * (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps)
@@ -173,6 +166,11 @@ def _rms_no_gain(x, w, eps): return x / torch.sqrt(x.pow(2).mean(-1, keepdim=Tru
 def _rotary_wrong_direction(x, c, s): return x * c + torch.cat([x.chunk(2, -1)[1], -x.chunk(2, -1)[0]], -1) * s
 @known_wrong(check_apply_rotary, "no sine", hint="sine term is missing")
 def _rotary_no_sine(x, c, s): return x * c
+@known_wrong(check_apply_rotary, "in place", hint="in place")
+def _rotary_in_place(x, c, s):  # the right values, written into the caller's x
+    x1, x2 = x.chunk(2, -1)
+    turned = torch.cat([-x2, x1], -1)
+    return x.mul_(c).add_(turned * s)
 @known_wrong(check_apply_rotary, "interleaved", hint="interleaved layout")
 def _rotary_interleaved(x, c, s):
     even, odd, half = x[..., 0::2], x[..., 1::2], x.shape[-1] // 2
@@ -185,7 +183,24 @@ def _cache_keys_only(L, H, KV, Dh, T, b): return L * KV * Dh * T * b
 @known_wrong(check_kv_cache_size, "elements", hint="in bytes")
 def _cache_elements(L, H, KV, Dh, T, b): return 2 * L * KV * Dh * T
 
-for kind, hint in {"gate on up": "wrong projection", "gelu": "not GELU", "no gate": "gate is missing"}.items():
+# %% ../../nbs/checks/12_modern.ipynb #61694be9
+def _swiglu_variant(kind: str) -> type:
+    class Wrong(_SwiGLURef):
+        def __init__(self, d_model: int, d_ff: int):
+            super().__init__(d_model, d_ff)
+            if kind == "biases":  # nn.Linear's default: right values only while the biases are zero
+                self.w1, self.w3, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+        def forward(self, x: Tensor) -> Tensor:
+            a, b = self.w1(x), self.w3(x)
+            if kind == "gate on up": return self.w2(a * F.silu(b))
+            if kind == "gelu": return self.w2(F.gelu(a) * b)
+            if kind == "biases": return self.w2(F.silu(a) * b)
+            return self.w2(F.silu(a))  # "no gate"
+    return Wrong
+
+for kind, hint in {"gate on up": "wrong projection", "gelu": "not GELU", "no gate": "gate is missing",
+                   "biases": "has a bias"}.items():
     known_wrong(check_swiglu, kind, hint=hint, answer=_swiglu_variant(kind))
 META_CASES = meta_cases({check_rms_norm: _rms_ref, check_apply_rotary: _rotary_ref, check_kv_cache_size: _cache_ref,
                          check_swiglu: _SwiGLURef})

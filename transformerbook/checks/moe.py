@@ -84,8 +84,9 @@ def _balance_mistakes(logits: Tensor, top_k: int) -> dict[str, Tensor]:
     return {
         "the factor E (the number of experts) is missing: the loss is E · Σᵢ fᵢ Pᵢ (Fedus et al. 2021 eq. 4).":
             (f * P).sum(),
-        "fᵢ must be a fraction of the N tokens, not a count: divide the counts by N.":
-            E * (counts * P).sum(),
+        "the loss is N times too large: fᵢ must be a fraction of the N tokens, not a count (divide the counts by N), "
+        "and Pᵢ the mean router probability, not a sum (probs.mean(0)).":
+            E * (counts * P).sum(),  # = E · Σ fᵢ · probs.sum(0)ᵢ: the two mistakes give the same loss and gradient
         "fᵢ counts the routing decisions (top-k indices, no gradient); you used the probabilities Pᵢ in its place.":
             E * (P * P).sum(),
         "fᵢ was divided by N·k; the reference (and Hugging Face) counts a token for each of its k experts, "
@@ -145,23 +146,52 @@ def _dispatch_case(seed: int, N: int, top_k: int, skip_expert: bool):
         _, weights, indices = moe.router(x)
     return moe, x, weights, indices
 
+# %% ../../nbs/checks/10_moe.ipynb #3523bb56
+class _CountedExpert(torch.nn.Module):
+    "An expert that records the rows of every call, so the checker can see how the answer dispatched."
+    def __init__(self, expert: torch.nn.Module):
+        super().__init__()
+        self.expert, self.calls = expert, []
+
+    def forward(self, x: Tensor) -> Tensor:
+        self.calls.append(x.detach().clone())
+        return self.expert(x)
+
+def _check_expert_calls(experts: list[_CountedExpert], x: Tensor, indices: Tensor) -> None:
+    "Each expert called at most once, on exactly the tokens that chose it (in any order)."
+    for e, expert in enumerate(experts):
+        chose = torch.where((indices == e).any(-1))[0].tolist()  # the tokens with expert e among their k
+        if len(expert.calls) > 1:
+            raise AssertionError(f"expert {e} was called {len(expert.calls)} times. Hint: call each expert once, on "
+                                 "all the tokens that chose it together: token, k = torch.where(indices == e); "
+                                 "expert(x[token]).")
+        rows = expert.calls[0] if expert.calls else x[:0]
+        same = (rows.reshape(-1, 1, x.shape[-1]) == x[None]).all(-1) if rows.shape[-1:] == x.shape[-1:] else None
+        got = sorted(same.nonzero()[:, 1].tolist()) if same is not None and (same.sum(1) == 1).all() else None
+        if got != chose:
+            raise AssertionError(f"expert {e} ran on {rows.shape[0] if rows.dim() else 0} rows, but {len(chose)} "
+                                 f"tokens chose it ({chose[:6]}{'...' if len(chose) > 6 else ''}). Hint: run "
+                                 "each expert only on the tokens that chose it, x[token], not on all N tokens.")
+
 # %% ../../nbs/checks/10_moe.ipynb #d6bf19fa
 @checker("Exercise 10.3 — dispatching tokens to experts")
 def check_moe_dispatch(
     moe_dispatch: Callable, # moe_dispatch(x (N, D), weights (N, K), indices (N, K), experts) -> (N, D)
 ) -> None:
-    ("Compare the reader's dispatch (notes eq. 19.18) with `MoEFeedForward` on seeded routers, "
-     "including an unused expert.")
+    ("Compare the reader's dispatch (notes eq. 19.18) with `MoEFeedForward` on seeded routers, including an unused "
+     "expert, and check that each expert ran at most once, on exactly the tokens that chose it.")
     for seed, N, top_k, skip in ((0, 9, 2, False), (1, 16, 3, True), (2, 6, 1, False)):
         moe, x, weights, indices = _dispatch_case(seed, N, top_k, skip)
+        experts = [_CountedExpert(expert) for expert in moe.experts]
         with torch.no_grad():
-            out = call_learner(moe_dispatch, x.clone(), weights.clone(), indices.clone(), list(moe.experts),
+            out = call_learner(moe_dispatch, x, weights, indices, experts,
                                what=f"moe_dispatch(x {N}x12, top_k={top_k})")
             expected = moe(x)
             hint = diagnose(out, _dispatch_mistakes(x, weights, indices, list(moe.experts)),
                             "for each expert e: token, k = torch.where(indices == e); "
                             "y.index_add_(0, token, weights[token, k, None] * expert(x[token])).")
         assert_tensors_close(out, expected, f"moe_dispatch output ({N}, 12), top_k={top_k}", hint=hint)
+        _check_expert_calls(experts, x, indices)
 
 # %% ../../nbs/checks/10_moe.ipynb #630ed352
 @known_wrong(check_top_k_gate, "not renormalised", hint="not renormalised")
@@ -188,11 +218,19 @@ def _balance_variant(kind: str):
         if kind == "probabilities instead of counts": return E * (P * P).sum()
         if kind == "divided by k": return E * (counts / (N * top_k) * P).sum()
         if kind == "detached": return E * (counts / N * P.detach()).sum()
+        if kind == "P summed": return E * (counts / N * probs.sum(0)).sum()
         return E * (counts / N * P).sum()
     return balance_loss
 
+# %% ../../nbs/checks/10_moe.ipynb #4039861a
 def _dispatch_variant(kind: str):
     def moe_dispatch(x, weights, indices, experts):
+        if kind == "dense":  # every expert on every token, then pick: the right output at E/K times the compute
+            outs = torch.stack([expert(x) for expert in experts], dim=1)  # (N, E, D)
+            return (weights[..., None] * outs.gather(1, indices[..., None].expand(-1, -1, x.shape[-1]))).sum(1)
+        if kind == "per token":  # one call per (token, choice): the right output, N·K small calls
+            return torch.stack([sum(weights[n, k] * experts[int(indices[n, k])](x[n:n + 1])[0]
+                                    for k in range(indices.shape[1])) for n in range(len(x))])
         y = torch.zeros_like(x)
         for e, expert in enumerate(experts):
             token, k = torch.where(indices == e)
@@ -207,10 +245,11 @@ def _dispatch_variant(kind: str):
 
 for kind, hint in {"no E factor": "factor E", "counts instead of fractions": "not a count",
                    "probabilities instead of counts": "counts the routing decisions", "divided by k": "divided by N·k",
-                   "detached": "no gradient"}.items():
+                   "detached": "no gradient", "P summed": "probs.mean(0)"}.items():
     known_wrong(check_load_balancing_loss, kind, hint=hint, answer=_balance_variant(kind))
 for kind, hint in {"weights not applied": "weights are not applied", "first choice only": "only the first",
-                   "overwrites": "overwrite each other"}.items():
+                   "overwrites": "overwrite each other", "dense": "not on all N tokens",
+                   "per token": "call each expert once"}.items():
     known_wrong(check_moe_dispatch, kind, hint=hint, answer=_dispatch_variant(kind))
 META_CASES = meta_cases({check_top_k_gate: _top_k_gate_ref, check_load_balancing_loss: _balance_variant("reference"),
                          check_moe_dispatch: _dispatch_ref})

@@ -65,10 +65,19 @@ def check_sft_targets(fn: Callable, # fn(token_ids (B, L) int64, loss_mask (B, L
             _sft_no_shift(token_ids, loss_mask)[1]},
         "targets = token_ids[:, 1:] where loss_mask[:, 1:], else IGNORE_INDEX.")
     assert_tensors_close(out[1], expected, name="targets", hint=hint)
+    for name, t, why in (("inputs", out[0], "the embedding looks ids up by integer index"),
+                         ("targets", out[1], "F.cross_entropy reads a float target as class probabilities, not as "
+                                             "class ids")):
+        if t.dtype != torch.int64:
+            raise AssertionError(f"{name} have dtype {t.dtype}, expected int64 token ids. Hint: {why}; keep the "
+                                 "ids' dtype (no .float()).")
 
 known_wrong(check_sft_targets, "unshifted mask", hint="first answer token", answer=_sft_unshifted_mask)
 known_wrong(check_sft_targets, "no mask", hint="user's text", answer=_sft_no_mask)
 known_wrong(check_sft_targets, "no shift", hint="NEXT token", answer=_sft_no_shift)
+known_wrong(check_sft_targets, "float targets", hint="reads a float target as class probabilities",
+            answer=lambda token_ids, loss_mask: (sft_targets(token_ids, loss_mask)[0],
+                                                 sft_targets(token_ids, loss_mask)[1].float()))
 
 # %% ../../nbs/checks/13_posttraining.ipynb #63c785ac
 def _dpo_reference(pc, pr, rc, rr, beta): return -F.logsigmoid(beta * ((pc - rc) - (pr - rr))).mean()
@@ -79,9 +88,10 @@ def _dpo_no_beta(pc, pr, rc, rr, beta): return -F.logsigmoid((pc - rc) - (pr - r
 @checker("Exercise 13.2 — DPO's loss")
 def check_dpo_loss(fn: Callable, # fn(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta) -> scalar
                   ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
-    "Check `fn` against eq. 7 on seeded log-probs at several β, and ln 2 at step 0; name the mistake."
+    "Check `fn` against eq. 7 on seeded log-probs at several β, its gradient, and ln 2 at step 0; name the mistake."
     g = torch.Generator().manual_seed(0)
     pc, pr, rc, rr = (-40 * torch.rand(16, generator=g, dtype=torch.float64) for _ in range(4))
+    pc, pr = pc.requires_grad_(), pr.requires_grad_()  # the policy's log-probs: DPO trains through them
     for beta in (0.1, 0.5, 2.0):
         got = call_learner(fn, pc, pr, rc, rr, beta, what=f"fn(..., beta={beta})")
         args = (pc, pr, rc, rr, beta)
@@ -93,13 +103,19 @@ def check_dpo_loss(fn: Callable, # fn(policy_chosen, policy_rejected, ref_chosen
             "loss = −mean log σ(β[(log π_θ(y_w) − log π_ref(y_w)) − (log π_θ(y_l) − log π_ref(y_l))]).", atol=1e-9)
         assert_tensors_close(torch.as_tensor(got), dpo_loss(*args)[0], name=f"loss at beta={beta}", atol=1e-9,
                              hint=hint)
+        if not (isinstance(got, Tensor) and got.requires_grad):
+            raise AssertionError(f"your loss ({type(got).__name__}) carries no gradient back to the policy's "
+                                 "log-probs (which require grad). Hint: return the tensor itself, without .item(), "
+                                 ".detach() or torch.no_grad(): DPO trains the policy through it.")
     zero = call_learner(fn, rc, rr, rc, rr, 0.1, what="fn(policy == reference)")
-    if abs(float(zero) - math.log(2)) > 1e-9:
-        raise AssertionError(f"at step 0 (policy == reference) the loss is {float(zero):.6g}, expected ln 2 = 0.693.")
+    if abs(float(zero) - math.log(2)) > 1e-6:  # float32 arithmetic is welcome: its rounding is about 1e-7
+        raise AssertionError(f"at step 0 (policy == reference) the loss is {float(zero):.9f}, expected "
+                             f"ln 2 = {math.log(2):.9f}.")
 
 known_wrong(check_dpo_loss, "sign", hint="sign error", answer=_dpo_sign)
 known_wrong(check_dpo_loss, "no reference", hint="reference model is missing", answer=_dpo_no_reference)
 known_wrong(check_dpo_loss, "no beta", hint="beta is missing", answer=_dpo_no_beta)
+known_wrong(check_dpo_loss, ".item()", hint="carries no gradient", answer=lambda *args: _dpo_reference(*args).item())
 
 # %% ../../nbs/checks/13_posttraining.ipynb #7f8d75c6
 def _logprobs_reference(model, token_ids, loss_mask): return response_logprobs(model, token_ids, loss_mask)
@@ -175,26 +191,42 @@ def _frontier_reference(points, kl_budget):
     return max(inside, key=lambda p: p["reward"])["method"] if inside else None
 def _frontier_ignores_kl(points, kl_budget): return max(points, key=lambda p: p["reward"])["method"]
 def _frontier_lowest_kl(points, kl_budget): return min(points, key=lambda p: p["kl"])["method"]
+def _frontier_highest_kl(points, kl_budget):  # the most KL the budget allows, whatever its reward
+    inside = [p for p in points if p["kl"] <= kl_budget]
+    return max(inside, key=lambda p: p["kl"])["method"] if inside else None
+def _frontier_strict(points, kl_budget):  # "< budget": a point exactly on the budget is left out
+    inside = [p for p in points if p["kl"] < kl_budget]
+    return max(inside, key=lambda p: p["reward"])["method"] if inside else None
 
 _FRONTIER = [{"method": "best-of-n", "kl": 0.19, "reward": -1.1}, {"method": "best-of-n", "kl": 1.8, "reward": -0.1},
              {"method": "DPO beta=0.1", "kl": 3.0, "reward": 0.0}, {"method": "DPO beta=1", "kl": 0.5, "reward": -0.6},
-             {"method": "SFT", "kl": 0.0, "reward": -1.7}]
+             {"method": "SFT", "kl": 0.0, "reward": -1.7},
+             {"method": "PPO", "kl": 4.0, "reward": -0.5}]  # dominated: more KL than DPO beta=0.1, less reward
 
+# %% ../../nbs/checks/13_posttraining.ipynb #373315f0
 @checker("Exercise 13.5 — reading a reward–KL frontier")
 def check_frontier_reading(fn: Callable, # fn(points [{"method", "kl", "reward"}], kl_budget) -> method or None
                           ) -> bool: # True on PASS, False if `fn` raises NotImplementedError
     "Check `fn`'s choice at several KL budgets on a frontier where each mistake gives another answer."
-    for budget, want in ((0.1, "SFT"), (0.6, "DPO beta=1"), (2.0, "best-of-n"), (5.0, "DPO beta=0.1"), (-1, None)):
+    for budget, want in ((0.1, "SFT"), (0.6, "DPO beta=1"), (1.8, "best-of-n"), (2.0, "best-of-n"),  # 1.8: on a point
+                         (5.0, "DPO beta=0.1"), (-1, None)):
         got = call_learner(fn, [dict(p) for p in _FRONTIER], budget, what=f"fn(points, kl_budget={budget})")
         if got == want: continue
         hint = ("only points with KL <= the budget count: a higher reward bought with more KL is not affordable."
                 if got == _frontier_ignores_kl(_FRONTIER, budget) else
                 "among the affordable points, take the HIGHEST reward, not the lowest KL."
-                if got == _frontier_lowest_kl(_FRONTIER, budget) else "filter by KL, then take the highest reward.")
+                if got == _frontier_lowest_kl(_FRONTIER, budget) else
+                "among the affordable points, take the highest REWARD, not the highest KL: more KL can buy less "
+                "reward (PPO here)." if got == _frontier_highest_kl(_FRONTIER, budget) else
+                f"'at most' the budget includes a point exactly on it (KL = {budget}): keep p['kl'] <= kl_budget, "
+                "not <." if got == _frontier_strict(_FRONTIER, budget) else
+                "filter by KL, then take the highest reward.")
         raise AssertionError(f"at a KL budget of {budget} nats you chose {got!r}, expected {want!r}. Hint: {hint}")
 
 known_wrong(check_frontier_reading, "ignores KL", hint="not affordable", answer=_frontier_ignores_kl)
 known_wrong(check_frontier_reading, "lowest KL", hint="HIGHEST reward", answer=_frontier_lowest_kl)
+known_wrong(check_frontier_reading, "highest KL", hint="not the highest KL", answer=_frontier_highest_kl)
+known_wrong(check_frontier_reading, "strict budget", hint="exactly on it", answer=_frontier_strict)
 
 # %% ../../nbs/checks/13_posttraining.ipynb #d7d355ac
 META_CASES = meta_cases({check_sft_targets: _sft_reference, check_dpo_loss: _dpo_reference,

@@ -12,6 +12,8 @@ Docs: https://transformerbook.github.io/transformerbook/checks/scale.html.md"""
 # %% ../../nbs/checks/08b_scale.ipynb #84da47be
 from __future__ import annotations
 
+import numbers
+
 import torch
 import torch.nn.functional as F
 
@@ -23,7 +25,7 @@ from ..training import batch_slice
 # %% auto #0
 __all__ = ['META_CASES', 'check_accumulated_grads', 'check_batch_slice', 'check_sharded_memory']
 
-# %% ../../nbs/checks/08b_scale.ipynb #6aa66c5a
+# %% ../../nbs/checks/08b_scale.ipynb #d4f59706
 def _grad_case(seed: int = 0):
     torch.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=13, context_length=6, d_model=16, n_heads=2, n_layers=1))
@@ -38,27 +40,64 @@ def _reference_grads(model, token_ids, targets):
     model.zero_grad(set_to_none=True)
     return grads
 
+def _flat(grads) -> torch.Tensor: return torch.cat([g.detach().double().flatten() for g in grads])
+
+def _accumulation_hint(out, expected, stale, last, rows, n_slices, T=6) -> str:
+    """The cause of a wrong accumulated gradient: `stale` was in .grad before the call, `last` is what zeroing
+    between slices leaves, `rows` the shapes of the model's inputs, T the sequence length."""
+    if any(r[1:] != (T,) for r in rows):
+        return ("split along the batch axis (token_ids.chunk(n_slices), dim 0), not along time: the model saw inputs "
+                f"of shapes {sorted(set(rows))}, and a cut sequence loses its context")
+    if any(g.shape != e.shape for g, e in zip(out, expected)): return "one gradient per parameter, of its shape"
+    o, x = _flat(out), _flat(expected)
+    if torch.allclose(o - _flat(stale), x, atol=1e-6, rtol=1e-4):
+        return ("your gradient still holds what .grad held before the call (an earlier step's gradient): start from "
+                "zeroed gradients, with model.zero_grad() once before the first slice")
+    if torch.allclose(o, _flat(last), atol=1e-6, rtol=1e-4):
+        return ("you kept only the last slice's gradient: start from zeroed gradients and do not zero them between "
+                "slices: .backward() must add every slice's gradient into .grad")
+    scale = (o @ x / (x @ x)).item()  # the best factor s with out ≈ s · expected
+    if (o - scale * x).norm() < 1e-3 * o.norm() and abs(scale - n_slices) < 0.05 * n_slices:
+        return (f"with {n_slices} slices your gradient is {scale:.2f}x the batch's: divide each slice's loss by the "
+                "number of slices (the batch loss is their mean, not their sum)")
+    if (o - scale * x).norm() < 1e-3 * o.norm():
+        return (f"with {n_slices} slices your gradient is {scale:.3g}x the batch's, right up to its scale: divide "
+                "each slice's mean loss by n_slices and by nothing else (not by its rows, not by n_slices squared)")
+    return ("zero the gradients once, then for each of the n_slices slices along dim 0 call "
+            "(cross_entropy(slice) / n_slices).backward()")
+
+# %% ../../nbs/checks/08b_scale.ipynb #6aa66c5a
 @checker("Exercise 8b.1 — gradient accumulation")
 def check_accumulated_grads(accumulated_grads) -> None:
-    ("Check `accumulated_grads(model, token_ids, targets, n_slices)` against the whole batch's gradient, "
-     "for 2 and 4 slices.")
+    ("Check `accumulated_grads(model, token_ids, targets, n_slices)` against the whole batch's gradient, for 2 and "
+     "4 slices, on a model whose .grad still holds an earlier step's gradient.")
     for n_slices in (2, 4):
         model, token_ids, targets = _grad_case(n_slices)
         expected = _reference_grads(model, token_ids, targets)
-        out = call_learner(accumulated_grads, model, token_ids, targets, n_slices,
-                           what=f"accumulated_grads(model, token_ids (8, 6), targets (8, 6), n_slices={n_slices})")
-        if not isinstance(out, (list, tuple)) or len(out) != len(expected) or any(g is None for g in out):
+        m = len(token_ids) // n_slices
+        last = [g / n_slices for g in _reference_grads(model, token_ids[-m:], targets[-m:])]
+        stale = [torch.randn_like(p) for p in model.parameters()]  # never zeroed: the answer must zero it
+        for p, s in zip(model.parameters(), stale): p.grad = s.clone()
+        rows = []  # the shape of each input the model is called on
+        hook = model.register_forward_pre_hook(
+            lambda _, args, kwargs: rows.extend(tuple(a.shape) for a in [*args, *kwargs.values()][:1]),
+            with_kwargs=True)
+        try:
+            out = call_learner(accumulated_grads, model, token_ids, targets, n_slices,
+                               what=f"accumulated_grads(model, token_ids (8, 6), targets (8, 6), n_slices={n_slices})")
+        finally:
+            hook.remove()
+        if not isinstance(out, (list, tuple)) or len(out) != len(expected) or \
+                any(not isinstance(g, torch.Tensor) for g in out):
             raise AssertionError(f"return one gradient per parameter ({len(expected)} tensors), "
                                  f"got {type(out).__name__}")
-        big = max(range(len(expected)), key=lambda i: expected[i].abs().sum().item())  # the largest gradient
-        ratio = (out[big].double().abs().sum() / expected[big].double().abs().sum()).item()
-        if abs(ratio - n_slices) < 0.05 * n_slices:
-            raise AssertionError(f"with {n_slices} slices your gradient is {ratio:.2f}x the batch's: divide each "
-                                 f"slice's loss by the number of slices (the batch loss is their mean, not their sum)")
+        hint = _accumulation_hint(out, expected, stale, last, rows, n_slices)
         for i, (g, e) in enumerate(zip(out, expected)):
-            assert_tensors_close(g, e, f"gradient of parameter {i}", atol=1e-6, rtol=1e-4,
-                                 hint="start from zeroed gradients and do not zero them between slices: "
-                                      ".backward() must add every slice's gradient into .grad")
+            assert_tensors_close(g, e, f"gradient of parameter {i}", atol=1e-6, rtol=1e-4, hint=hint)
+        if rows and max(r[0] for r in rows) > m:
+            raise AssertionError(f"the model ran on {max(r[0] for r in rows)} rows at once: run it on each slice of "
+                                 f"batch_size // n_slices = {m} rows and backpropagate each slice's loss in turn "
+                                 "(only one slice's activations are then held in memory)")
 
 # %% ../../nbs/checks/08b_scale.ipynb #99243f75
 def _accumulate(model, token_ids, targets, n_slices):
@@ -81,30 +120,69 @@ def _accumulate_zeroing(model, token_ids, targets, n_slices):  # zeroes the grad
         (F.cross_entropy(model(ids).flatten(0, 1), tg.flatten()) / n_slices).backward()
     return [p.grad for p in model.parameters()]
 
+# %% ../../nbs/checks/08b_scale.ipynb #9463eeda
+@known_wrong(check_accumulated_grads, "no zero_grad", hint="start from zeroed gradients")
+def _accumulate_stale(model, token_ids, targets, n_slices):  # adds to whatever .grad already held
+    for ids, tg in zip(token_ids.chunk(n_slices), targets.chunk(n_slices)):
+        (F.cross_entropy(model(ids).flatten(0, 1), tg.flatten()) / n_slices).backward()
+    return [p.grad for p in model.parameters()]
+
+@known_wrong(check_accumulated_grads, "divided by the slice's rows", hint="right up to its scale")
+def _accumulate_per_row(model, token_ids, targets, n_slices):  # divides by the slice size, not the slice count
+    model.zero_grad(set_to_none=True)
+    for ids, tg in zip(token_ids.chunk(n_slices), targets.chunk(n_slices)):
+        (F.cross_entropy(model(ids).flatten(0, 1), tg.flatten()) / len(ids)).backward()
+    return [p.grad for p in model.parameters()]
+
+@known_wrong(check_accumulated_grads, "sliced along time", hint="not along time")
+def _accumulate_time(model, token_ids, targets, n_slices):  # chunks the sequence, not the batch
+    model.zero_grad(set_to_none=True)
+    for ids, tg in zip(token_ids.chunk(n_slices, dim=1), targets.chunk(n_slices, dim=1)):
+        (F.cross_entropy(model(ids).flatten(0, 1), tg.flatten()) / n_slices).backward()
+    return [p.grad for p in model.parameters()]
+
+@known_wrong(check_accumulated_grads, "whole batch at once", hint="rows at once")
+def _accumulate_whole(model, token_ids, targets, n_slices):  # the right gradient, without accumulating
+    model.zero_grad(set_to_none=True)
+    F.cross_entropy(model(token_ids).flatten(0, 1), targets.flatten()).backward()
+    return [p.grad for p in model.parameters()]
+
 # %% ../../nbs/checks/08b_scale.ipynb #c3d903fa
+def _slice_hint(out: slice, expected: slice, batch_size: int) -> str:
+    "Why the rows of `out` are not those of `expected`."
+    got, want = range(batch_size)[out], range(batch_size)[expected]
+    if got.step != 1 and len(got) > 1:
+        return "each rank takes contiguous rows (a block, no step): yours skips rows"
+    if got.start == want.start + len(want):
+        return "rank 0 takes the first rows (ranks count from 0)"
+    if len(got) > len(want):
+        return "ranks must not overlap: rank r ends where rank r+1 starts"
+    return "each rank takes batch_size // world_size contiguous rows"
+
 @checker("Exercise 8b.2 — each rank's share of the global batch")
 def check_batch_slice(batch_slice_fn) -> None:
-    "Check `batch_slice_fn(batch_size, rank, world_size)` against `training.batch_slice` and for the ValueError."
+    "Check the rows of `batch_slice_fn(batch_size, rank, world_size)` against `training.batch_slice`, and the error."
     for batch_size, world in ((12, 1), (12, 2), (12, 3), (64, 8)):
-        rows = []
         for rank in range(world):
             out = call_learner(batch_slice_fn, batch_size, rank, world,
                                what=f"batch_slice({batch_size}, rank={rank}, world_size={world})")
             if not isinstance(out, slice): raise AssertionError(f"return a slice, got {type(out).__name__}")
-            rows += list(range(batch_size))[out]
             expected = batch_slice(batch_size, rank, world)
-            if out != expected:
-                hint = ("rank 0 takes the first rows (ranks count from 0)" if out.start == expected.stop else
-                        "ranks must not overlap: rank r ends where rank r+1 starts" if out.stop > expected.stop else
-                        "each rank takes batch_size // world_size contiguous rows")
-                raise AssertionError(f"batch_slice({batch_size}, {rank}, {world}) = {out}, expected {expected}. "
-                                     f"Hint: {hint}")
+            got, want = list(range(batch_size)[out]), list(range(batch_size)[expected])  # the rows each selects
+            if got != want:
+                raise AssertionError(f"batch_slice({batch_size}, {rank}, {world}) = {out} selects rows "
+                                     f"{got[:4]}{'...' if len(got) > 4 else ''}, expected {expected}. "
+                                     f"Hint: {_slice_hint(out, expected, batch_size)}")
     try:
         out = batch_slice_fn(10, 0, 4)
     except ValueError:
         return
     except NotImplementedError:
         raise
+    except Exception as err:  # an assert or another error: the caller could not catch it as the bad argument it is
+        raise AssertionError(f"batch_slice(10, 0, 4) raised {type(err).__name__} ({err}): raise ValueError when "
+                             "world_size does not divide batch_size (an assert can be switched off, and the "
+                             "caller expects a ValueError)") from err
     raise AssertionError(f"batch_slice(10, 0, 4) returned {out}: 4 ranks cannot share 10 windows equally, so raise "
                          f"ValueError (silently dropping windows changes the gradient)")
 
@@ -126,30 +204,64 @@ def _slice_no_error(batch_size, rank, world_size):  # drops the remainder silent
     n = batch_size // world_size
     return slice(rank * n, (rank + 1) * n)
 
+# %% ../../nbs/checks/08b_scale.ipynb #6da34e8c
+@known_wrong(check_batch_slice, "strided", hint="contiguous rows (a block, no step)")
+def _slice_strided(batch_size, rank, world_size):  # every world_size-th row: an equal share, not a block
+    if batch_size % world_size: raise ValueError("not divisible")
+    return slice(rank, batch_size, world_size)
+
+@known_wrong(check_batch_slice, "assert instead of ValueError", hint="raised AssertionError")
+def _slice_assert(batch_size, rank, world_size):  # an assert, not the ValueError the caller can catch
+    assert batch_size % world_size == 0, "not divisible"
+    n = batch_size // world_size
+    return slice(rank * n, (rank + 1) * n)
+
 # %% ../../nbs/checks/08b_scale.ipynb #8d8c33a7
+_UNITS = {"GiB (2^30 bytes)": 2**30, "GB (10^9 bytes)": 1e9, "MiB (2^20 bytes)": 2**20, "MB (10^6 bytes)": 1e6,
+          "KiB (1024 bytes)": 1024, "kB (1000 bytes)": 1000}
+
+def _as_number(out) -> float | None:
+    "A Python, NumPy or one-element torch number as a float; None for anything else (a bool, a list, a string)."
+    if isinstance(out, torch.Tensor) and out.numel() == 1 and not out.dtype.is_complex and out.dtype != torch.bool:
+        return out.item()
+    if isinstance(out, numbers.Real) and not isinstance(out, bool): return float(out)
+    return None
+
 @checker("Exercise 8b.3 — memory per GPU of sharded mixed-precision Adam")
 def check_sharded_memory(sharded_memory_fn) -> None:
-    "Check `sharded_memory_fn(n_params, n_gpus, stage)` against `scale.sharded_memory` for every stage."
+    "Check `sharded_memory_fn(n_params, n_gpus, stage)` (any real number type) against `scale.sharded_memory`."
     for n_params, n_gpus in ((1_000, 1), (7_500_000_000, 64), (124_439_808, 8)):
         for stage in ZERO_STAGES:
             out = call_learner(sharded_memory_fn, n_params, n_gpus, stage,
                                what=f"sharded_memory({n_params}, {n_gpus}, {stage!r})")
-            expected = sharded_memory(n_params, n_gpus, stage)
-            if not isinstance(out, (int, float)) or abs(out - expected) > 1e-6 * expected:
-                per_param = out / n_params if isinstance(out, (int, float)) else None
+            expected, got = sharded_memory(n_params, n_gpus, stage), _as_number(out)
+            if got is not None and abs(got - expected) <= 1e-6 * expected: continue
+            unit = next((u for u, size in _UNITS.items() if got and abs(got * size - expected) <= 1e-6 * expected),
+                        None)
+            if got is None:
+                hint = "return one number (an int or a float), the bytes per GPU"
+            elif unit:
+                hint = f"you returned {unit}: the exercise asks for bytes, so do not divide by a unit"
+            elif n_gpus == 1 and got / n_params < 16:
                 hint = ("Adam's state is 12 bytes per parameter in mixed precision: a float32 master copy of the "
-                        "weights plus two float32 moments"
-                        if n_gpus == 1 and per_param is not None and per_param < 16 else
-                        f"in {stage}, shard (divide by n_gpus) "
-                        + {"ddp": "nothing", "zero1": "only the optimizer state",
-                           "zero2": "the optimizer state and the gradients", "zero3": "all three"}[stage])
-                raise AssertionError(f"sharded_memory({n_params}, {n_gpus}, {stage!r}) = {out!r}, expected "
-                                     f"{expected:.6g} bytes. Hint: {hint}")
+                        "weights plus two float32 moments")
+            else:
+                hint = f"in {stage}, shard (divide by n_gpus) " + {
+                    "ddp": "nothing", "zero1": "only the optimizer state",
+                    "zero2": "the optimizer state and the gradients", "zero3": "all three"}[stage]
+            raise AssertionError(f"sharded_memory({n_params}, {n_gpus}, {stage!r}) = {out!r}, expected "
+                                 f"{expected:.6g} bytes. Hint: {hint}")
 
 # %% ../../nbs/checks/08b_scale.ipynb #2e0b3fae
 @known_wrong(check_sharded_memory, "no master copy", hint="float32 master copy")
 def _memory_no_master(n_params, n_gpus, stage):  # forgets the float32 master weights (K = 8)
     return sharded_memory(n_params, n_gpus, stage, optimizer_bytes=8)
+
+@known_wrong(check_sharded_memory, "GiB", hint="you returned GiB")
+def _memory_gib(n_params, n_gpus, stage): return sharded_memory(n_params, n_gpus, stage) / 2**30  # not bytes
+
+@known_wrong(check_sharded_memory, "GB", hint="you returned GB")
+def _memory_gb(n_params, n_gpus, stage): return sharded_memory(n_params, n_gpus, stage) / 1e9  # not bytes
 
 @known_wrong(check_sharded_memory, "zero2 shards weights", hint="the optimizer state and the gradients")
 def _memory_zero2_shards_weights(n_params, n_gpus, stage):  # shards the weights from stage 2 on
