@@ -28,12 +28,13 @@ def masked_softmax(scores: Tensor, # (..., T, S) float: the scaled scores q·k�
                    mask: Tensor | None = None, # bool, broadcastable to (..., T, S); True = may attend
                   ) -> Tensor: # (..., T, S) weights α; each row sums to 1 (or is all 0 if fully masked)
     """The softmax over the keys of every query's row of scores (J&M eqs. 10.12-10.13). Masked-out keys get weight 0;
-    a row with no allowed key gets all-zero weights, never NaN. It does not check its inputs: `attention_weights`
-    below does, and a multi-head layer (chapter 3) checks its own once per call."""
+    a row with no allowed key gets all-zero weights, never NaN (so does a row whose allowed scores overflowed to -inf,
+    as q·kᵀ can in float16: use bfloat16 or float32 there). It does not check its inputs: `attention_weights` below
+    does, and a multi-head layer (chapter 3) checks its own once per call."""
     if mask is None: return torch.softmax(scores, dim=-1)  # (..., T, S), softmax over the keys
     # A finite "minus infinity" keeps fully masked rows (and their gradients) free of NaN.
     weights = torch.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-1)
-    return weights * mask.any(dim=-1, keepdim=True)  # rows with no allowed key -> 0
+    return weights.masked_fill(~mask, 0.0)  # masked keys exactly 0: rows with no allowed key -> all 0
 
 def attention_weights(q: Tensor, # (..., T, d_k) float queries
                       k: Tensor, # (..., S, d_k) float keys, same dtype as q

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .multihead import MultiHeadAttention
-from .validation import check_choice, check_input_dtype, check_positive_int, check_positive_ints
-from .validation import renamed_keywords, warn_renamed
+from .validation import check_choice, check_in_interval, check_input_dtype, check_positive_int
+from .validation import check_positive_ints, renamed_keywords, warn_renamed
 
 # %% auto #0
 __all__ = ['NORMALIZATIONS', 'ACTIVATIONS', 'MLP_ACTIVATIONS', 'OLD_NORM_NAMES', 'LayerNorm', 'RMSNorm', 'make_norm',
@@ -66,7 +66,7 @@ class LayerNorm(nn.Module):
 def _check_norm_args(d_model, eps) -> None:
     "A norm's width is a positive int and its ε is >= 0 (`ValueError` otherwise)."
     check_positive_int("d_model", d_model)
-    if eps < 0: raise ValueError(f"eps={eps} must be >= 0")
+    check_in_interval("eps", eps, "[0, inf)")
 
 def _check_norm_input(x, d_model: int) -> None:
     "A norm's input is a float tensor (`TypeError`) whose last dimension is d_model (`ValueError`)."

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from .validation import (check_choice, check_ids, check_ids_below, check_positive_even_int,
-                                        check_positive_int, check_positive_ints)
+                                        check_positive_int, check_positive_ints, check_positive_number)
 
 # %% auto #0
 __all__ = ['POSITIONALS', 'sinusoidal_positional_encoding', 'Embeddings', 'position_rotation_matrix', 'rotary_frequencies',
@@ -133,12 +133,16 @@ def rotary_frequencies(d_head: int, # per-head width Dh (even)
     2021 eq. 15); with `scaling`, Llama 3's rule: pairs with wavelengths longer than the original context /
     low_freq_factor get their frequency divided by `factor` (their wavelength multiplied by it), those shorter than
     context / high_freq_factor are kept, and in between interpolated smoothly (Hugging Face's
-    `_compute_llama3_parameters`). Raises `ValueError` for an odd d_head or an unknown scaling."""
+    `_compute_llama3_parameters`). Raises `ValueError` for an odd d_head, a θ that is not a positive number, or an
+    unknown or incomplete scaling."""
     check_positive_even_int("d_head", d_head, "rotary positions rotate pairs of features")
+    check_positive_number("theta", theta)
     omega = theta ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (Dh/2,)
     if scaling is None: return omega
     if scaling.get("rope_type", scaling.get("type")) != "llama3":
         raise ValueError(f"rope scaling {scaling!r} is not supported: only rope_type='llama3'")
+    if missing := {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"} - set(scaling):
+        raise ValueError(f"rope scaling {scaling!r} is missing {sorted(missing)}")
     factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
     old_context = scaling["original_max_position_embeddings"]
     wavelength = 2 * math.pi / omega  # (Dh/2,) positions per turn

@@ -131,7 +131,9 @@ def gpt2_init(module: nn.Module, # a GPT, or a part of one (e.g. an MoE layer) b
              ) -> nn.Module: # the module, re-initialised in place
     """GPT-2's initialisation (Radford et al. 2019 §2.3; nanoGPT): every Linear and Embedding weight ~ N(0, 0.02²),
     biases 0, and the layers that write into the residual stream (`out_proj`, `proj`, `w2`) ~ N(0, (0.02/√(2L))²), so
-    the stream's variance does not grow with depth. Norm gains keep their 1."""
+    the stream's variance does not grow with depth. Norm gains keep their 1. `ValueError` for an n_layers that is not
+    a positive int."""
+    check_positive_int("n_layers", n_layers)
     def init(m: nn.Module) -> None:
         if isinstance(m, (nn.Linear, nn.Embedding)): nn.init.normal_(m.weight, mean=0.0, std=0.02)
         if isinstance(m, nn.Linear) and m.bias is not None: nn.init.zeros_(m.bias)
@@ -208,7 +210,7 @@ class GPT(nn.Module):
         return states
     def forward(self, token_ids: Tensor, padding_mask: Tensor | None = None, position_ids: Tensor | None = None,
                 kv_cache=None) -> Tensor: # (B, T, vocab_size) logits u (J&M eq. 10.44)
-        "Logits u = lm_head(ln_f(h_L)) (= h_L Eᵀ with tied weights) at every position; arguments: `residual_stream`."
+        "Logits u = lm_head(ln_f(h_L)) (= ln_f(h_L) Eᵀ if tied) at every position; arguments: `residual_stream`."
         return self.lm_head(self.ln_f(self.residual_stream(token_ids, padding_mask, position_ids, kv_cache)[-1]))
     def n_params(self, non_embedding: bool = False) -> int:
         """Number of distinct parameters (a tied matrix counts once). `non_embedding=True` drops the token and

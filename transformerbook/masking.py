@@ -94,6 +94,8 @@ def combine_masks(causal: Tensor | None = None, # (T, S) bool, from `causal_mask
 def _check_mask_pair(causal, padding_mask) -> None:
     for name, m in (("causal", causal), ("padding_mask", padding_mask)):
         if m is not None: check_bool_mask(name, m)
+    if causal is not None and causal.dim() != 2:
+        raise ValueError(f"causal must have shape (T, S), got {tuple(causal.shape)}")
     if padding_mask is not None and padding_mask.dim() != 2:
         raise ValueError(f"padding_mask must have shape (B, S), got {tuple(padding_mask.shape)}")
     if causal is not None and padding_mask is not None and causal.shape[-1] != padding_mask.shape[-1]:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import masked_softmax
-from .validation import check_input_dtype, check_mask, check_positive_ints
+from .validation import check_input_dtype, check_mask, check_positive_int, check_positive_ints
 
 # %% auto #0
 __all__ = ['split_heads', 'merge_heads', 'ObservationPoint', 'AttentionContext', 'MultiHeadAttention', 'repeat_kv']
@@ -110,6 +110,7 @@ def _check_heads(d_model: int, n_heads: int, n_kv_heads: int | None, d_head: int
     "H, KV and Dh once checked: positive, n_heads divides d_model (unless d_head is given), n_kv_heads divides n_heads."
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
     check_positive_ints(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
+    if d_head is not None: check_positive_int("d_head", d_head)
     if d_head is None and d_model % n_heads != 0:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
     if n_heads % n_kv_heads != 0:
