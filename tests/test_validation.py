@@ -12,8 +12,12 @@ import torch
 
 import transformerbook
 from transformerbook import validation as V
-from transformerbook.embeddings import POSITIONALS, Embeddings
+from transformerbook.attention import attention_weights, masked_softmax
+from transformerbook.blocks import LayerNorm
+from transformerbook.embeddings import POSITIONALS, Embeddings, rotary_frequencies
+from transformerbook.lm_head import gpt2_init
 from transformerbook.masking import causal_mask, combine_masks, make_padding_mask
+from transformerbook.multihead import MultiHeadAttention
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -318,3 +322,29 @@ def test_attention_chapter_has_no_guard_cell_between_equation_and_code():
     first_export = next(i for i, s in enumerate(sources) if s.startswith("#| export") and "def attention_weights" in s)
     assert not any("def _check" in s for s in sources[:first_export])
     assert "transformerbook.validation" in transformerbook.__doc__
+
+
+# ---------------------------------------------------------------- the core layers' checks (session 15's audit)
+
+def test_a_masked_key_gets_no_weight_even_when_an_allowed_score_overflows():
+    "float16 q·kᵀ can overflow to -inf on an allowed key; the masked key must still get weight 0, not 1."
+    weights = masked_softmax(torch.tensor([[float("-inf"), 3.0]]), torch.tensor([[True, False]]))
+    assert weights.tolist() == [[0.0, 0.0]]
+    q, k = torch.full((1, 2, 4), -200.0).half(), torch.tensor([[[200.0] * 4, [1.0] * 4]]).half()
+    assert attention_weights(q, k, causal_mask(2))[0, 0, 1] == 0  # the future key of query 0
+    ordinary = torch.randn(3, 5, 5)
+    torch.testing.assert_close(masked_softmax(ordinary, causal_mask(5)),
+                               torch.softmax(ordinary.masked_fill(~causal_mask(5), float("-inf")), -1))
+
+
+@pytest.mark.parametrize("make, text", [
+    (lambda: MultiHeadAttention(8, 2, d_head=0), "d_head=0"),
+    (lambda: rotary_frequencies(8, theta=0), "theta=0"),
+    (lambda: rotary_frequencies(8, scaling={"rope_type": "llama3", "factor": 8}), "missing"),
+    (lambda: combine_masks(torch.ones(2, 3, 3, dtype=torch.bool), make_padding_mask([2, 3], 3)), "(T, S)"),
+    (lambda: LayerNorm(8, eps="1e-5"), "eps="),
+    (lambda: gpt2_init(torch.nn.Linear(2, 2), 0), "n_layers=0"),
+], ids=["d_head", "rope theta", "rope scaling keys", "3-D causal", "string eps", "gpt2_init n_layers"])
+def test_core_layers_name_the_bad_argument(make, text):
+    with pytest.raises(ValueError, match=re.escape(text)):
+        make()
