@@ -285,3 +285,21 @@ def test_the_log_line_names_torch_compile_mode():
     assert _compiled(TrainConfig()) == ""
     assert _compiled(TrainConfig(compile=True)) == ", compiled"
     assert _compiled(TrainConfig(compile=True, compile_mode="reduce-overhead")) == ", compiled (reduce-overhead)"
+
+
+def test_an_out_under_or_at_a_file_is_a_one_line_error(tmp_path, corpus):
+    status, _, err = run("prepare", "--data", corpus, "--out", corpus, "--no-progress")
+    assert status == 2 and "is a file" in err and err.count("\n") == 1 and "Traceback" not in err, err
+    status, _, err = run("train", "--data", corpus, "--out", corpus/"run", "--max-iters", 2, *TINY)
+    assert status == 2 and err.splitlines()[-1].startswith("error: ") and "Not a directory" in err, err
+    assert "Traceback" not in err
+
+
+def test_the_model_card_gives_the_prepared_split(tmp_path, corpus):
+    status, _, err = run("prepare", "--data", corpus, "--out", tmp_path/"prepared", "--val-fraction", 0.3,
+                         "--no-progress")
+    assert status == 0, err
+    status, _, err = run("train", "--data", tmp_path/"prepared", "--out", tmp_path/"run", "--max-iters", 4, *TINY)
+    assert status == 0, err
+    card = (tmp_path/"run"/"MODEL_CARD.md").read_text()
+    assert "first 70% train, last 30% validation" in card and "first 90%" not in card

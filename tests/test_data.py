@@ -79,3 +79,27 @@ def test_split_and_gpt2_counts():
 def test_bad_split_fraction(frac):
     with pytest.raises(ValueError, match=f"train_fraction={frac}"):
         data.train_val_split("abc", frac)
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "gpt2"])
+def test_prepare_data_names_a_file_that_is_not_utf8(tmp_path, tokenizer):
+    from transformerbook.corpus import prepare_data
+    (tmp_path/"corpus").mkdir()
+    (tmp_path/"corpus/a.txt").write_text("To be, or not to be.\n" * 5)
+    (tmp_path/"corpus/b.txt").write_bytes("café, naïve\n".encode("latin-1") * 5)
+    with pytest.raises(ValueError, match=r"b\.txt is not UTF-8 text"):
+        prepare_data(tmp_path/"corpus", tmp_path/"out", tokenizer, progress=False)
+
+
+def test_pack_documents_and_check_splits_reject_bad_input():
+    import torch
+
+    from transformerbook.corpus import check_splits, pack_documents
+    assert pack_documents([torch.tensor([1, 2]), [3]], 2, 0).tolist() == [[1, 2], [0, 3]]
+    with pytest.raises(TypeError, match=r"documents\[0\] is a str"):
+        pack_documents(["12"], 2, 0)
+    with pytest.raises(TypeError, match=r"documents\[0\] must be integer token ids, got 1.5 \(float\) at position 1"):
+        pack_documents([[1, 1.5]], 2, 0)
+    for bad in (0, -5, 4.5):
+        with pytest.raises(ValueError, match=f"context_length={bad!r} must be a positive int"):
+            check_splits(torch.arange(20), torch.arange(10), bad)

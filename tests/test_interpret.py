@@ -193,6 +193,16 @@ def test_head_scores_shapes_and_keys():
     assert all(v.shape == (2, 4) and ((v >= 0) & (v <= 1)).all() for v in s.values())
 
 
+def test_head_scores_refuses_random_ids_that_do_not_repeat():
+    "Ordinary text would give a meaningless induction column, an odd length a silently wrong period."
+    model, gen = _tiny(), torch.Generator().manual_seed(0)
+    text = torch.randint(0, 23, (2, 16), generator=gen)
+    with pytest.raises(ValueError, match="random_ids must repeat its first half"):
+        head_scores(model, text, text, newline_id=0)
+    with pytest.raises(ValueError, match=r"random_ids must be \(B, 2L\) with L >= 2, got shape \(2, 15\)"):
+        head_scores(model, text, repeated_random_tokens(23, 5, 2, n_repeats=3, generator=gen), newline_id=0)
+
+
 # --- the induction training data and the staged run ----------------------------------------------------------------
 
 @pytest.mark.parametrize("B,T,fraction", [(4, 8, 0.5), (5, 16, 0.6), (3, 40, 1.0), (6, 128, 0.0)])

@@ -224,6 +224,17 @@ def test_sharded_memory_matches_the_zero_paper():
     assert sharded_memory(10, 1, "zero3") == sharded_memory(10, 1, "ddp") == 160
     with pytest.raises(ValueError, match="stage='zero4'"):
         sharded_memory(10, 2, "zero4")
+    for bad in (float("nan"), float("inf"), 0):
+        with pytest.raises(ValueError, match="n_params="):
+            sharded_memory(bad, 2)
+
+
+@pytest.mark.parametrize("args, name", [((-1000, 6e6, 12e9), "tokens_per_s=-1000"),
+                                        ((1000, float("inf"), 12e9), "flops_per_token=inf"),
+                                        ((1000, 6e6, -12e9), "peak_flops=-12")])
+def test_mfu_rejects_negative_or_infinite_inputs(args, name):
+    with pytest.raises(ValueError, match=name):
+        mfu(*args)
 
 
 def test_gpt_n_params_without_allocating():

@@ -216,6 +216,9 @@ BAD_CALLS = {
     "chinchilla few runs": (lambda: fit_chinchilla([1e6] * 4, [1e9] * 4, [3.0] * 4), "at least 5 runs"),
     "chinchilla lengths": (lambda: fit_chinchilla([1e6] * 5, [1e9] * 6, [3.0] * 5), "different lengths"),
     "chinchilla zero loss": (lambda: fit_chinchilla([1e6] * 5, [1e9] * 5, [3.0, 2.0, 0.0, 1.0, 1.0]), "got 0.0"),
+    "chinchilla zero delta": (lambda: fit_chinchilla([1e6] * 5, [1e9] * 5, [3.0] * 5, delta=0), "delta=0"),
+    "chinchilla zero max_iter": (lambda: fit_chinchilla([1e6] * 5, [1e9] * 5, [3.0] * 5, max_iter=0), "max_iter=0"),
+    "power_law negative alpha": (lambda: power_law(1e6, 8.8e13, -0.076), "alpha=-0.076"),
 }
 
 
@@ -253,3 +256,23 @@ def test_scaling_run_trains_once_then_loads(tmp_path, monkeypatch):
     assert checkpoints[0].stat().st_mtime_ns == mtime
     with pytest.raises(ValueError, match="vocab_size=50 must be the character vocabulary's 65"):
         scaling_run(GPTConfig(**{**model_cfg.to_dict(), "vocab_size": 50}), train_cfg)
+
+
+def test_scaling_run_stopped_by_patience_is_finished_and_counts_its_tokens(tmp_path, monkeypatch):
+    from transformerbook.data import DataUnavailableError
+    from transformerbook.training import load_checkpoint
+    monkeypatch.setenv("TRANSFORMERBOOK_CACHE", str(tmp_path))
+    model_cfg = GPTConfig(vocab_size=65, context_length=16, d_model=16, n_heads=2, n_layers=1)
+    # a learning rate too small to move the weights: the validation loss never falls, patience=1 stops at step 2
+    train_cfg = TrainConfig(max_iters=8, batch_size=2, warmup_iters=0, eval_interval=2, eval_iters=1,
+                            learning_rate=1e-30, min_lr=0.0, weight_decay=0.0, patience=1)
+    try:
+        first = scaling_run(model_cfg, train_cfg)
+    except DataUnavailableError as e:
+        pytest.skip(f"TinyShakespeare not available offline: {e}")
+    (checkpoint,) = tmp_path.rglob("ckpt.pt")
+    step = load_checkpoint(checkpoint)["step"]
+    assert step < train_cfg.max_iters and first["n_tokens"] == step * 2 * 16
+    mtime = checkpoint.stat().st_mtime_ns
+    assert scaling_run(model_cfg, train_cfg) == first  # finished: loaded, not resumed
+    assert checkpoint.stat().st_mtime_ns == mtime

@@ -337,3 +337,53 @@ def test_gpt2_tokenizer_is_a_deprecated_alias_of_tiktoken_gpt2():
         warnings.simplefilter("error")
         names = {n: getattr(T, n) for n in T.__all__}  # what `import *` takes: the alias is not in it
     assert "GPT2Tokenizer" not in names and names["TiktokenGPT2"] is TiktokenGPT2
+
+
+# --- bad input and chunk boundaries (audit) ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["bpe-from-gpt2", "tiktoken-gpt2"])
+@pytest.mark.parametrize("cut", [["we'l", "l"], ["you'r", "e"], ["I'v", "e"], ["it'", "s ok"], ["we'll", " go'll"]])
+def test_encode_iterable_cut_inside_a_contraction(name, cut):
+    tok = EVERY_TOKENIZER[name]()
+    assert list(tok.encode_iterable(cut)) == tok.encode("".join(cut))
+
+
+@pytest.mark.parametrize("name", ["bpe-from-gpt2", "tiktoken-gpt2"])
+def test_encode_iterable_random_cuts(name):
+    import random
+    rng, tok = random.Random(0), EVERY_TOKENIZER[name]()
+    alphabet = "ab 'lrvesdtm\n\t.,1é"
+    for _ in range(200):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 30)))
+        cuts = sorted(rng.sample(range(len(text) + 1), min(3, len(text) + 1)))
+        pieces = [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)])]
+        assert list(tok.encode_iterable(pieces)) == tok.encode(text), pieces
+
+
+def test_pair_counts_and_merges_take_tensors_and_reject_bad_ids():
+    from transformerbook.tokenization import apply_merges, learn_chunk_merges, learn_merges
+    ids = list(b"aaabdaaabac")
+    assert get_pair_counts(torch.tensor(ids)) == get_pair_counts(ids)
+    assert learn_merges(torch.tensor(ids), 3) == learn_merges(ids, 3)
+    assert apply_merges(torch.tensor(ids), learn_merges(ids, 3)) == [258, 100, 258, 97, 99]
+    with pytest.raises(TypeError, match=r"got 2.5 \(float\) at position 1"):
+        get_pair_counts([1, 2.5])
+    with pytest.raises(TypeError, match="dtype torch.float32"):
+        learn_merges(torch.tensor([1.0, 2.0]), 3)
+    with pytest.raises(ValueError, match="n_merges=-1 must be a non-negative int"):
+        learn_merges(ids, -1)
+    with pytest.raises(ValueError, match="n_merges=-1 must be a non-negative int"):
+        learn_chunk_merges(Counter(["ab"]), -1)
+
+
+@pytest.mark.parametrize("name", EVERY_TOKENIZER)
+def test_decode_rejects_2d_and_float_ids(name):
+    tok = EVERY_TOKENIZER[name]()
+    with pytest.raises(ValueError, match=r"ids must be 1-D, got shape \(1, 2\): decode one row, e.g. out\[0\]"):
+        tok.decode(torch.tensor([[0, 1]]))
+    with pytest.raises(ValueError, match=r"ids must be 1-D, got shape \(2, 1\)"):
+        tok.decode(torch.tensor([[5], [6]]))
+    with pytest.raises(TypeError, match=r"got 1.7 \(float\) at position 0"):
+        tok.decode([1.7])
+    with pytest.raises(TypeError, match="dtype torch.float32"):
+        tok.decode(torch.tensor([1.0]))

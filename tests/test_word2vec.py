@@ -118,3 +118,33 @@ def test_speaker_headings_are_dropped_and_only_they():
     speeches = [b.partition("\n")[2] for b in blocks]  # a few headings have an empty speech
     assert re.split(r"\n{2,}", kept) == [s for s in speeches if s]  # exactly the first lines removed
     assert words_of(text).count("king") > words_of(kept).count("king") > 0
+
+
+def test_bad_inputs_are_named():
+    E = torch.eye(4)
+    assert most_similar(E, E[0], k=1, exclude=0)[0].tolist() != [0]  # an int is one excluded id
+    assert most_similar(E, E[0] + E[2], k=1, exclude=2)[0].tolist() == [0]
+    assert most_similar(E, E[0], k=3, exclude=torch.tensor([0]))[0].tolist()[0] != 0
+    with pytest.raises(ValueError, match=r"k=4 must be an int in \[1, 3\]"):
+        most_similar(E, E[0], k=4, exclude=5 - 5)
+    with pytest.raises(ValueError, match="excluded id=5"):
+        most_similar(E, E[0], k=1, exclude=5)
+    with pytest.raises(ValueError, match=r"query must have shape \(d,\) = \(4,\), got \(1, 4\)"):
+        most_similar(E, E[:1])
+    with pytest.raises(TypeError, match="dtype torch.float32"):
+        skipgram_pairs(torch.arange(5.0), 1)
+    with pytest.raises(ValueError, match=r"got shape \(1, 5\)"):
+        skipgram_pairs(torch.arange(5)[None], 1)
+    m = SkipGram(10, 3)
+    with pytest.raises(ValueError, match=r"\(2,\), \(1,\) and \(2, 3\)"):
+        negative_sampling_loss(m, torch.tensor([1, 2]), torch.tensor([3]), torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\(2,\), \(2,\) and \(1, 3\)"):
+        negative_sampling_loss(m, torch.tensor([1, 2]), torch.tensor([3, 4]), torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="K=0 must be a positive int"):
+        draw_negatives(noise_distribution(torch.ones(10)), 4, 0)
+    with pytest.raises(ValueError, match="d=0 must be a positive int"):
+        SkipGram(10, 0)
+
+
+def test_words_of_keeps_ascii_letters_only():
+    assert words_of("Naïve Café, it's") == ["na", "ve", "caf", "it's"]

@@ -15,6 +15,8 @@ Docs: https://transformerbook.github.io/transformerbook/chat.html.md"""
 # %% ../nbs/chat.ipynb #0f974ff4
 from __future__ import annotations
 
+from .validation import check_instance, token_id_list
+
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'ROLES', 'ChatTokenizer', 'render_chat', 'parse_chat']
 
@@ -39,9 +41,10 @@ class ChatTokenizer:
         return self.base.encode(text)
 
     def decode(self, ids) -> str:
-        "Text of `ids`, the special ids written as their names. `ValueError` for an id outside [0, vocab_size)."
+        """Text of `ids` (ints, or a 1-D integer tensor), the special ids written as their names. `ValueError` for an id
+        outside [0, vocab_size) (the chat vocabulary's) or a tensor not 1-D, `TypeError` for an id not an int."""
         names, out, run = {i: s for s, i in self.special_ids.items()}, [], []
-        for i in ids:
+        for i in token_id_list(ids, self.vocab_size):
             if i in names: out += [self.base.decode(run), names[i]]; run = []  # noqa: E702
             else: run.append(i)
         return "".join(out + [self.base.decode(run)])
@@ -52,7 +55,9 @@ def render_chat(messages: list, # [{"role": "user" | "assistant", "content": str
                 add_generation_prompt: bool = False, # end with `<|assistant|>`, an open turn for generation
                ) -> tuple[list[int], list[bool]]: # ids, and the loss mask (True = a token the model must learn)
     """Render messages as `<|role|> content <|end|>` for each, and mark the assistant's content and its `<|end|>`
-    for the loss. `ValueError`/`TypeError` naming the message index and field for a malformed message."""
+    for the loss. `ValueError`/`TypeError` naming the message index and field for a malformed message, `TypeError`
+    unless `tokenizer` is a `ChatTokenizer`."""
+    check_instance("tokenizer", tokenizer, ChatTokenizer)
     check_messages(messages)
     ids, mask = [], []
     for m in messages:
@@ -79,12 +84,19 @@ def check_messages(messages) -> None:
 def parse_chat(ids: list, # ids written by `render_chat` (without a generation prompt)
                tokenizer: ChatTokenizer,
               ) -> list: # the messages
-    "Read `render_chat`'s ids back into messages. `ValueError` if they are not `<|role|> ... <|end|>` turns."
+    """Read `render_chat`'s ids (a list or a 1-D tensor) back into messages. `ValueError` if they are not
+    `<|role|> ... <|end|>` turns or for a bad id (as `ChatTokenizer.decode`), `TypeError` for a tokenizer that is not
+    a `ChatTokenizer`."""
+    check_instance("tokenizer", tokenizer, ChatTokenizer)
+    ids = token_id_list(ids, tokenizer.vocab_size)
     roles, messages, i = {v: k for k, v in tokenizer.role_ids.items()}, [], 0
     while i < len(ids):
         if ids[i] not in roles: raise ValueError(f"position {i}: expected a role token, got id {ids[i]}")
         try: j = ids.index(tokenizer.end_id, i + 1)
         except ValueError: raise ValueError(f"the turn at position {i} has no {SPECIAL_TOKENS[2]}") from None
+        k = next((k for k in range(i + 1, j) if ids[k] in roles), None)
+        if k is not None: raise ValueError(f"position {k}: a role token inside the turn at position {i}, "
+                                           f"before its {SPECIAL_TOKENS[2]}")
         messages.append({"role": roles[ids[i]], "content": tokenizer.decode(ids[i + 1:j])})
         i = j + 1
     return messages

@@ -119,7 +119,9 @@ def load_checkpoint(path: str | Path, # a checkpoint file or a run folder
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise CheckpointError(f"cannot read checkpoint {path} (corrupt or truncated?): {first_line(e)}") from e
+        # torch's own message may advise weights_only=False (unsafe for a file of unknown origin): not repeated
+        raise CheckpointError(f"cannot read {path}: not a torch checkpoint, or corrupt or truncated "
+                              f"({type(e).__name__})") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a transformerbook checkpoint")
     if ckpt.get("version") != CHECKPOINT_VERSION:
@@ -185,6 +187,8 @@ def resume_config(saved: dict, # the checkpoint's `train_config`
     raises `max_iters` continues the same cosine. The one rule behind `train(resume=True)` and `transformerbook train
     --resume`."""
     old = TrainConfig.from_dict(saved)
+    unknown = sorted(set(changes) - set(old.to_dict()))
+    if unknown: raise CheckpointError(f"cannot resume from {source}: unknown TrainConfig field {unknown[0]!r}")
     old = replace(old, lr_decay_iters=old.decay_iters).to_dict()
     changes = {k: v for k, v in changes.items() if not (k == "lr_decay_iters" and v is None)}
     diff = {k: (old.get(k), v) for k, v in changes.items() if k not in RESUMABLE and old.get(k) != v}

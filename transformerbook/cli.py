@@ -343,10 +343,15 @@ def _steps_run(ckpt: dict, path: str | Path) -> int:
 
 # %% ../nbs/08a_cli.ipynb #7a5e05b6
 def _card_data(data: str) -> list[str]:
-    "The Training data section of a card: `data` is a data set name or a file."
+    "The Training data section of a card: `data` is a data set name, a file, or a folder `prepare` wrote (its split)."
+    meta, split = Path(data)/PREPARED_META, "first 90% train, last 10% validation"
+    if data != "tinyshakespeare" and meta.is_file():  # `prepare --val-fraction` may have chosen another split
+        sizes = json.loads(meta.read_text())
+        if sizes.get("train_bytes") and sizes.get("val_bytes"):
+            val = round(100 * sizes["val_bytes"] / (sizes["train_bytes"] + sizes["val_bytes"]))
+            split = f"first {100 - val}% train, last {val}% validation, of the bytes"
     corpus = ("TinyShakespeare (1,115,394 characters of Shakespeare's plays; nanoGPT's split: first 90% train, "
-              "last 10% validation)" if data == "tinyshakespeare"
-              else f"`{data}` (first 90% train, last 10% validation)")
+              "last 10% validation)" if data == "tinyshakespeare" else f"`{data}` ({split})")
     return ["## Training data", "", f"- {corpus}.", ""]
 
 def _card_config(train_cfg: dict) -> list[str]:
@@ -455,6 +460,7 @@ def _sample(args) -> int:
 # %% ../nbs/08a_cli.ipynb #fedf2f4c
 def _prepare(args) -> int:
     "`transformerbook prepare`: tokenize the corpus into token files with `prepare_data`; print how to train on them."
+    if Path(args.out).is_file(): raise ValueError(f"--out {args.out} is a file; give a folder for the token files")
     meta = prepare_data(args.data, args.out, args.tokenizer, args.val_fraction, progress=not args.no_progress,
                         allow_special=args.allow_special)
     print(f"{meta['train_tokens']:,} training / {meta['val_tokens']:,} validation tokens ({meta['dtype']}) in "
@@ -463,7 +469,8 @@ def _prepare(args) -> int:
 
 # %% ../nbs/08a_cli.ipynb #09c0ce00
 _USER_ERRORS = (ValueError, TypeError, CheckpointError, DataUnavailableError, ChecksumError, TrainingDivergedError,
-                FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError)
+                FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError, FileExistsError,
+                NotADirectoryError)  # e.g. --out under a file: one line, exit 2
 
 # %% ../nbs/08a_cli.ipynb #bbe015a0
 def main(argv: list[str] | None = None, # arguments without the program name; None = sys.argv[1:]

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from .data import END_OF_TEXT_ID, load_tinyshakespeare, train_val_split
 from .tokenization import CharTokenizer, TiktokenGPT2, tokenizer_from_dict
-from .validation import (check_choice, check_positive_int, check_positive_ints)
+from .validation import check_choice, check_positive_int, check_positive_ints, token_id_list
 
 # %% auto #0
 __all__ = ['DATASETS', 'PREPARED_META', 'get_batch', 'pack_documents', 'load_dataset', 'prepare_data', 'load_prepared',
@@ -85,9 +85,13 @@ def pack_documents(documents: list, # token-id lists, one per document
                   ) -> Tensor: # (N, T) int64 with N = len(stream) // T
     """Pack documents into full context windows (J&M 10.9.1): concatenate them, each followed by the end-of-text id
     `eos_token_id`, and cut the stream into consecutive windows of `context_length` tokens. The tokens left over after
-    the last full window (fewer than T) are dropped; nothing is padded. Raises `ValueError` for context_length < 1."""
+    the last full window (fewer than T) are dropped; nothing is padded. Raises `ValueError` for context_length < 1,
+    `TypeError` for a document that is a str (not yet encoded) or naming the first id that is not an int."""
     check_positive_int("context_length", context_length)
-    stream = [t for doc in documents for t in [*map(int, doc), eos_token_id]]  # d1 <eos> d2 <eos> ...
+    for d, doc in enumerate(documents):
+        if isinstance(doc, str): raise TypeError(f"documents[{d}] is a str ({doc!r:.30}): encode it first")
+    docs = [token_id_list(doc, name=f"documents[{d}]", hint="pass 1-D ids") for d, doc in enumerate(documents)]
+    stream = [t for doc in docs for t in [*doc, eos_token_id]]  # d1 <eos> d2 <eos> ...
     n_windows = len(stream) // context_length
     return torch.tensor(stream[:n_windows * context_length], dtype=torch.long).view(n_windows, context_length)
 
@@ -144,9 +148,16 @@ def _corpus_tokenizer(files: list[Path], tokenizer: str): # tokenizer: "char" or
     if tokenizer != "char": return TiktokenGPT2()
     chars = set()
     for f in files:
-        with open(f, encoding="utf-8", newline="") as fh:
-            for chunk in _read_chunks(fh): chars.update(chunk)
+        try:
+            with open(f, encoding="utf-8", newline="") as fh:
+                for chunk in _read_chunks(fh): chars.update(chunk)
+        except UnicodeDecodeError as e: raise _not_utf8(f, e) from None
     return CharTokenizer(sorted(chars))
+
+def _not_utf8(f: Path, e: UnicodeDecodeError) -> ValueError:
+    "The error for a corpus file that is not UTF-8 text, naming the file."
+    return ValueError(f"{f} is not UTF-8 text ({e.reason}: byte {e.object[e.start:e.start + 1]!r}); convert it to "
+                      "UTF-8 (e.g. iconv -t UTF-8) or leave it out of the corpus")
 
 # %% ../nbs/corpus.ipynb #4b3e92a4
 def _split_chunks(fh, split: str, # the open file; "train" or "val"
@@ -171,7 +182,7 @@ def _tokenize_files(files: list[Path], tok, # a tokenizer with `encode_iterable`
                     allow_special: bool = False, # GPT-2: a literal <|endoftext|> in the text is the end-of-text id
                    ) -> tuple[dict, dict]: # the tokens and the bytes written per split
     """Encode `files` in order into the two temporary token files as raw `dtype` ids, 65,536 ids at a time; with GPT-2's
-    tokenizer every file ends with `<|endoftext|>`."""
+    tokenizer every file ends with `<|endoftext|>`. `ValueError` naming a file that is not UTF-8 text."""
     counts, nbytes = {"train": 0, "val": 0}, {"train": 0, "val": 0}
     point = _SplitPoint(train_left=train_bytes)
     outs = {s: open(out_dir/f".{s}.bin.tmp", "wb") for s in ("train", "val")}
@@ -187,7 +198,9 @@ def _tokenize_files(files: list[Path], tok, # a tokenizer with `encode_iterable`
                 for split in ("train", "val"):
                     chunks = _split_chunks(fh, split, point, nbytes, bar)
                     ids = tok.encode_iterable(chunks, **({"allow_special": True} if allow_special else {}))
-                    while batch := list(itertools.islice(ids, 1 << 16)): write(split, batch)
+                    try:
+                        while batch := list(itertools.islice(ids, 1 << 16)): write(split, batch)
+                    except UnicodeDecodeError as e: raise _not_utf8(f, e) from None
                     if split == "train" and point.train_left > 0: break  # the file ended before the split point
                 if isinstance(tok, TiktokenGPT2): write("train" if point.train_left > 0 else "val", [tok.eos_token_id])
     finally:
@@ -203,7 +216,8 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
                  allow_special: bool = False, # "gpt2" only: the text's literal <|endoftext|> become the end-of-text id
                 ) -> dict: # the metadata written to meta.json
     """Tokenize a corpus once into memory-mappable token files, reading 1 MB at a time (memory bounded whatever the
-    corpus size). Raises `ValueError` for a missing source, an empty corpus or a bad tokenizer / val_fraction."""
+    corpus size). Raises `ValueError` for a missing source, an empty corpus, a file that is not UTF-8 text (naming it)
+    or a bad tokenizer / val_fraction."""
     check_choice("tokenizer", tokenizer, ("char", "gpt2"))
     if allow_special and tokenizer != "gpt2":
         raise ValueError(f"allow_special needs the gpt2 tokenizer (it has <|endoftext|>), not {tokenizer!r}")
@@ -244,7 +258,9 @@ def check_splits(train_data, # (N,) integer token ids
                  val_data, # (M,) integer token ids
                  context_length: int, # T
                 ) -> None:
-    "`TypeError` / `ValueError` unless both splits are 1-D integer token ids longer than `context_length`."
+    """`TypeError` / `ValueError` unless both splits are 1-D integer token ids longer than `context_length`;
+    `ValueError` unless `context_length` is a positive int."""
+    check_positive_int("context_length", context_length)
     for name, data in (("training", train_data), ("validation", val_data)):
         _check_token_ids(data)
         if len(data) <= context_length:

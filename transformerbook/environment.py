@@ -82,10 +82,14 @@ def lock_differences(installed: dict[str, str], locked: dict[str, str],
 # %% ../nbs/00b_environment.ipynb #ef4cdeb1
 def pip_freeze(python: str | Path = sys.executable) -> dict[str, str]:
     """`{package: version}` from `python -m pip freeze --all --exclude-editable` run by interpreter `python`.
-    Raises `RuntimeError` (with pip's message) if pip fails, `ValueError` naming a line that is not `name==version`
-    (a package installed from a URL or a folder is not in the lock's terms)."""
-    done = subprocess.run([str(python), "-m", "pip", "freeze", "--all", "--exclude-editable"],
-                          capture_output=True, text=True)
+    Raises `RuntimeError` (with pip's message) if pip fails or `python` cannot be run (no such file, not executable),
+    `ValueError` naming a line that is not `name==version` (a package installed from a URL or a folder is not in the
+    lock's terms)."""
+    try:
+        done = subprocess.run([str(python), "-m", "pip", "freeze", "--all", "--exclude-editable"],
+                              capture_output=True, text=True)
+    except OSError as e:
+        raise RuntimeError(f"cannot run the interpreter {str(python)!r}: {type(e).__name__}: {e}") from e
     if done.returncode:
         raise RuntimeError(f"{python} -m pip freeze failed: {done.stderr.strip()}")
     found = {}

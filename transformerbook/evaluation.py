@@ -34,7 +34,8 @@ from torch import Tensor, nn
 
 from .lm_head import eval_mode
 from .sampling import encode_continuations, generate, token_log_probs
-from .validation import check_choice, check_positive_int
+from .validation import (check_choice, check_int_in_range, check_nonnegative_int,
+                                        check_positive_int)
 
 # %% auto #0
 __all__ = ['Z_95', 'GPT2_PROMPTS', 'GPT3_DATA_MIX', 'GPT3_TRAINING_TOKENS', 'sequence_log_likelihood', 'candidate_batch',
@@ -114,13 +115,14 @@ def candidate_batch(tokenizer, # anything with `encode(str) -> list[int]`
                    ) -> tuple: # token_ids (R, L) int64, loss_mask (R, L) bool, owner (R,) int64: prompt of each row
     """Rows `prompt + candidate` for every candidate of every prompt, the prompt cropped from the left to fit the
     context, the mask True on the candidate's tokens. Raises `TypeError` if a candidate list is a string, and
-    `ValueError` for mismatched lengths, an empty prompt or candidate, or a candidate that leaves no room for a
-    prompt token."""
+    `ValueError` for mismatched lengths, an empty prompt, candidate or candidate list, or a candidate that leaves no
+    room for a prompt token."""
     if len(prompts) != len(candidates):
         raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
     rows, starts, owner = [], [], []
     for i, (prompt, cands) in enumerate(zip(prompts, candidates)):
         if isinstance(cands, str): raise TypeError(f"candidates[{i}] is the string {cands!r}; give a list of strings")
+        if len(cands) == 0: raise ValueError(f"candidates[{i}] is empty: give at least one candidate")
         seqs, seq_starts = encode_continuations(tokenizer, prompt, cands, context_length, name="candidate")  # chapter 7
         rows, starts, owner = rows + seqs, starts + seq_starts, owner + [i] * len(seqs)
     return *_pad_rows(rows, starts, pad_id), torch.tensor(owner)
@@ -132,7 +134,9 @@ def score_candidates(model: nn.Module, # our `GPT` or a Hugging Face causal LM
                      candidates: Sequence[str], # K candidate continuations
                      reduction: str = "sum", # "sum" = log P(c | x); "mean" = per candidate token
                     ) -> Tensor: # (K,) float32, nats
-    "log P(candidate | prompt) for each candidate, by the chain rule (J&M 10.7; notes eq. 19.1)."
+    """log P(candidate | prompt) for each candidate, by the chain rule (J&M 10.7; notes eq. 19.1). Raises `TypeError`
+    if `candidates` is a string, `ValueError` for a bad reduction, an empty prompt, candidate or list of candidates,
+    or a candidate that leaves no room for a prompt token (as `candidate_batch`)."""
     token_ids, loss_mask, _ = candidate_batch(tokenizer, [prompt], [candidates], _context_length(model))
     return sequence_log_likelihood(model, token_ids, loss_mask, reduction)
 
@@ -144,7 +148,9 @@ def candidate_log_likelihoods(model: nn.Module, # our `GPT` or a Hugging Face ca
                               reduction: str = "sum", # "sum" = log P(c | x); "mean" = per candidate token
                               batch_size: int = 256, # rows per forward pass
                              ) -> list: # N tensors, the n-th (K_n,) float32 in nats: log P(candidate | prompt n)
-    "`score_candidates` for many prompts at once, in batches of rows (J&M 10.7; notes eq. 19.1)."
+    """`score_candidates` for many prompts at once, in batches of rows (J&M 10.7; notes eq. 19.1). Raises
+    `ValueError` unless batch_size is a positive int, and `candidate_batch`'s errors."""
+    check_positive_int("batch_size", batch_size)
     token_ids, loss_mask, owner = candidate_batch(tokenizer, prompts, candidates, _context_length(model))
     s = torch.cat([sequence_log_likelihood(model, token_ids[i:i + batch_size], loss_mask[i:i + batch_size], reduction)
                    for i in range(0, len(token_ids), batch_size)])  # (R,)
@@ -161,7 +167,9 @@ def classify_by_likelihood(model: nn.Module, # our `GPT` or a Hugging Face causa
     """A likelihood classifier (J&M 10.7): for each prompt, the candidate with the highest log P(c | prompt). With a
     `baseline_prompt` (e.g. "\\n") the score is log P(c | prompt) - log P(c | baseline_prompt), the information the
     prompt adds (Holtzman et al. 2021's domain-conditional PMI), which stops a candidate from winning just by being
-    common. Ties go to the first candidate."""
+    common. Ties go to the first candidate. Raises `ValueError` unless batch_size is a positive int, for an empty
+    list of candidates, and `candidate_batch`'s other errors."""
+    check_positive_int("batch_size", batch_size)
     scores = candidate_log_likelihoods(model, tokenizer, prompts, candidates, reduction, batch_size)
     if baseline_prompt is not None:
         base = candidate_log_likelihoods(model, tokenizer, [baseline_prompt] * len(prompts), candidates, reduction,
@@ -176,9 +184,11 @@ def wilson_interval(k: int, # number of successes
                     n: int, # number of trials, >= 1
                     z: float = Z_95, # normal quantile; 1.96 gives a 95% interval
                    ) -> tuple: # (low, high), both in [0, 1]
-    "Wilson's score interval for a binomial proportion k/n (Wilson 1927). `ValueError` if n < 1 or k not in [0, n]."
+    """Wilson's score interval for a binomial proportion k/n (Wilson 1927). `ValueError` unless n is an int >= 1 and
+    k an int in [0, n]: a count of successes, not a proportion (numpy ints are accepted, bools are not)."""
     check_positive_int("n", n, "the number of trials")
-    if not 0 <= k <= n: raise ValueError(f"k={k!r} must lie in [0, n={n}]")
+    if isinstance(k, np.integer): k = int(k)
+    check_int_in_range("k", k, 0, n + 1, hint=f"k is the number of successes out of n={n}: a count, not a proportion")
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
@@ -219,6 +229,17 @@ def _shuffled_in(rng: random.Random, true: str, others: list) -> tuple:
     return others[:answer] + [true] + others[answer:], answer
 
 # %% ../nbs/11a_tasks.ipynb #bce02097
+def _check_task_args(n_examples, n_candidates, context_chars) -> None:
+    "The task builders' shared checks, made before anything is drawn."
+    check_nonnegative_int("n_examples", n_examples)
+    check_int_in_range("n_candidates", n_candidates, 2, hint="the true item and at least one rival")
+    check_positive_int("context_chars", context_chars, "characters of prompt before each item")
+
+def _enough(asked: str, # the argument, e.g. "n_examples=300"
+            n: int, usable: list, what: str) -> None:
+    "`ValueError` naming both numbers if there are fewer than n usable items (random.sample's message names neither)."
+    if n > len(usable): raise ValueError(f"{asked} asks for {n} {what}, but this text has only {len(usable)}")
+
 def next_line_task(text: str, # held-out text
                    n_examples: int = 200, n_candidates: int = 4, seed: int = 0,
                    context_chars: int = 200, # characters of prompt before each item
@@ -228,16 +249,21 @@ def next_line_task(text: str, # held-out text
     """Choose the true next line of a speech among `n_candidates` lines of the same text (each with its "\\n"). With
     `candidate_chars`, only lines at least that long are used and every candidate is cut to that many characters,
     so all are equally long; with `previous_line_within`, only items whose previous line fits in that many
-    characters are kept, so a model that reads that much before the candidate sees the whole previous line."""
+    characters are kept, so a model that reads that much before the candidate sees the whole previous line. Raises
+    `ValueError` for n_candidates < 2, context_chars < 1, or more examples (or candidates) than the text has lines."""
+    _check_task_args(n_examples, n_candidates, context_chars)
     rng = random.Random(seed)
     cut = (lambda l: l + "\n") if candidate_chars is None else (lambda l: l[:candidate_chars])
     lines = [(o, l) for o, l in _spoken_lines(text) if len(l) >= (candidate_chars or 10)]
     first_lines = {start + len(name) + 2 for start, name, _ in speeches(text)}
     usable = [(o, l) for o, l in lines if o > context_chars and o not in first_lines  # the line before is spoken too
               and (previous_line_within is None or text.rfind("\n", 0, o - 1) >= o - 1 - previous_line_within)]
+    _enough(f"n_examples={n_examples}", n_examples, usable, "usable lines")
     items = []
     for offset, line in rng.sample(usable, n_examples):
-        others = rng.sample([l for _, l in lines if cut(l) != cut(line)], n_candidates - 1)
+        rivals = [l for _, l in lines if cut(l) != cut(line)]
+        _enough(f"n_candidates={n_candidates}", n_candidates - 1, rivals, "rival lines")
+        others = rng.sample(rivals, n_candidates - 1)
         cands, answer = _shuffled_in(rng, line, others)
         items.append({"prompt": text[offset - context_chars:offset], "candidates": [cut(c) for c in cands],
                       "answer": answer})
@@ -248,14 +274,20 @@ def speaker_task(text: str, n_examples: int = 200, n_candidates: int = 4, seed: 
                  speech_chars: int = 40, # characters of the speech after the name
                  window: int = 30, # rivals speak within this many speeches
                 ) -> list: # [{"prompt", "candidates", "answer", "names"}]
-    "Name the speaker of a speech: `NAME:\\n<speech start>` for the true name and for rivals from the same scene."
+    """Name the speaker of a speech: `NAME:\\n<speech start>` for the true name and for rivals from the same scene.
+    Raises `ValueError` for n_candidates < 2, context_chars < 1, or more examples (or candidates) than the text has
+    speeches (or speakers)."""
+    _check_task_args(n_examples, n_candidates, context_chars)
     rng = random.Random(seed)
     sp = speeches(text)
+    usable = [j for j, s in enumerate(sp) if s[0] > context_chars]
+    _enough(f"n_examples={n_examples}", n_examples, usable, "usable speeches")
     items = []
-    for j in rng.sample([j for j, s in enumerate(sp) if s[0] > context_chars], n_examples):
+    for j in rng.sample(usable, n_examples):
         start, name, body = sp[j]
         rivals = sorted({s[1] for s in sp[max(0, j - window):j + window]} - {name})
         if len(rivals) < n_candidates - 1: rivals = sorted({s[1] for s in sp} - {name})
+        _enough(f"n_candidates={n_candidates}", n_candidates - 1, rivals, "rival speakers")
         names, answer = _shuffled_in(rng, name, rng.sample(rivals, n_candidates - 1))
         items.append({"prompt": text[start - context_chars:start], "answer": answer, "names": names,
                       "candidates": [f"{n}:\n{body[:speech_chars]}" for n in names]})
@@ -265,13 +297,17 @@ def speaker_task(text: str, n_examples: int = 200, n_candidates: int = 4, seed: 
 def cloze_task(text: str, n_examples: int = 200, n_candidates: int = 4, seed: int = 0, context_chars: int = 200,
                min_len: int = 4, # shortest word that may be blanked
               ) -> list: # [{"prompt", "candidates", "answer", "word"}]
-    "Fill a blanked word of a line; distractors are other words of the same length from the text."
+    """Fill a blanked word of a line; distractors are other words of the same length from the text. Raises
+    `ValueError` for n_candidates < 2, context_chars < 1, or more examples than the text has words to blank."""
+    _check_task_args(n_examples, n_candidates, context_chars)
     rng = random.Random(seed)
     by_len = defaultdict(set)
     for w in re.findall(r"[a-z]+", text): by_len[len(w)].add(w)
     by_len = {n: sorted(ws) for n, ws in by_len.items()}
     gaps = [(o, l, m) for o, l in _spoken_lines(text) if o > context_chars for m in re.finditer(r"\b[a-z]+\b", l)
             if len(m.group()) >= min_len and len(by_len[len(m.group())]) >= n_candidates]
+    _enough(f"n_examples={n_examples}", n_examples, gaps,
+            f"blankable words (>= {min_len} letters, {n_candidates - 1} rivals)")
     items = []
     for offset, line, m in rng.sample(gaps, n_examples):
         word = m.group()
@@ -337,7 +373,8 @@ def normalize_words(text: str) -> list:
     return re.findall(r"[a-z']+", text.lower())
 
 def shingles(text: str, k: int = 3) -> set:
-    "The set of k-word shingles of `text` (a text shorter than k words gives the empty set)."
+    "The set of k-word shingles of `text` (a text shorter than k words gives the empty set). `ValueError` if k < 1."
+    check_positive_int("k", k, "k = 0 would make every text's shingles {''}")
     words = normalize_words(text)
     return {" ".join(words[i:i + k]) for i in range(len(words) - k + 1)}
 
@@ -417,7 +454,9 @@ def contaminated(train_text: str, # the training data
                  examples: Sequence[str], # test examples
                  n: int = 13, # GPT-3's N (Brown et al. 2020, Appendix C)
                 ) -> list: # [bool] per example: shares at least one n-gram with the training data
-    "GPT-3's overlap test: an example is dirty if any of its word n-grams occurs in the training data."
+    """GPT-3's overlap test: an example is dirty if any of its word n-grams occurs in the training data. Raises
+    `TypeError` if `examples` is a single string, `ValueError` if n < 1."""
+    if isinstance(examples, str): raise TypeError("examples must be a list of strings, got a single string")
     train_grams = word_ngrams(train_text, n)
     return [not word_ngrams(e, n).isdisjoint(train_grams) for e in examples]
 
@@ -426,7 +465,10 @@ def verbatim_fraction(texts: Sequence[str], # generated texts
                       corpus: str, # where to look, e.g. the training split
                       span: int = 50, # characters per span
                      ) -> float: # in [0, 1]
-    "Fraction of the non-overlapping `span`-character pieces of `texts` that occur verbatim in `corpus`."
+    """Fraction of the non-overlapping `span`-character pieces of `texts` that occur verbatim in `corpus`. Raises
+    `TypeError` if `texts` is a single string, `ValueError` if span < 1 or no text has `span` characters."""
+    if isinstance(texts, str): raise TypeError("texts must be a list of strings, got a single string")
+    check_positive_int("span", span)
     pieces = [t[i:i + span] for t in texts for i in range(0, len(t) - span + 1, span)]
     if not pieces: raise ValueError(f"no text has {span} characters: nothing to look up")
     return sum(p in corpus for p in pieces) / len(pieces)

@@ -35,7 +35,8 @@ from .checkpoints import load_model
 from .corpus import get_batch
 from .recipes import baby_gpt_configs
 from .training import cached_run
-from .validation import check_in_interval, check_instance, check_int_in_range, check_positive_int
+from .validation import check_ids, check_ids_below, check_in_interval, check_instance, check_int_in_range
+from .validation import check_nonnegative_int, check_positive_int
 
 # %% auto #0
 __all__ = ['IGNORE_INDEX', 'MASK_ID', 'mlm_corrupt', 'mlm_batch_fn', 'masked_char_model', 'masked_char_losses',
@@ -110,11 +111,24 @@ def masked_char_losses(model: GPT, # a bidirectional model (causal=False) traine
                        left: int, # characters of context before p
                        right: int, # characters of context after p
                       ) -> Tensor: # (N,) float32 nats: -log p(data[p] | left, [MASK], right)
-    "The masked model's loss at each position p, which it sees as [MASK] with `left` and `right` characters around it."
+    """The masked model's loss at each position p, which it sees as [MASK] with `left` and `right` characters around
+    it. Raises `ValueError` for a negative left or right, or a position outside [left, len(data) - right)."""
+    _check_positions(data, positions, left, right)
     windows = data[positions[:, None] + torch.arange(-left, right + 1)]  # (N, left + 1 + right)
     windows[:, left] = mask_id
     logits = model(windows)[:, left]  # (N, left + 1 + right, V) -> (N, V)
     return F.cross_entropy(logits.float(), data[positions], reduction="none")
+
+def _check_positions(data, positions, left, right, min_left: int = 0) -> None:
+    "`ValueError` unless every window [p - left, p + right] lies inside data (no wrap through negative indices)."
+    check_int_in_range("left", left, min_left)
+    check_nonnegative_int("right", right)
+    check_ids("positions", positions)
+    high = len(data) - right
+    lo, hi = (int(positions.min()), int(positions.max())) if positions.numel() else (left, left)
+    if positions.dim() != 1 or lo < left or hi >= high:
+        raise ValueError(f"positions must be (N,) in [left={left}, len(data) - right={high}), got shape "
+                         f"{tuple(positions.shape)}, min {lo}, max {hi}")
 
 @torch.no_grad()
 def next_char_losses(model: GPT, # a causal model
@@ -122,7 +136,9 @@ def next_char_losses(model: GPT, # a causal model
                      positions: Tensor, # (N,) int64 positions p >= left
                      left: int, # characters of context before p
                     ) -> Tensor: # (N,) float32 nats: -log p(data[p] | the `left` characters before it)
-    "The causal model's loss at each position p, reading the `left` characters before it (left side only)."
+    """The causal model's loss at each position p, reading the `left` characters before it (left side only).
+    Raises `ValueError` for left < 1 or a position outside [left, len(data))."""
+    _check_positions(data, positions, left, 0, min_left=1)
     windows = data[positions[:, None] + torch.arange(-left, 0)]  # (N, left)
     logits = model(windows)[:, -1]  # (N, left, V) -> (N, V): the prediction after the last character
     return F.cross_entropy(logits.float(), data[positions], reduction="none")
@@ -211,10 +227,17 @@ def freeze_body(classifier: SequenceClassifier) -> SequenceClassifier:
     for p in classifier.body.parameters(): p.requires_grad_(False)
     return classifier
 
+def _check_labels(labels, n_rows: int, n_classes: int) -> None:
+    if not isinstance(labels, Tensor) or labels.dtype != torch.int64:
+        raise TypeError(f"labels must be an int64 tensor of class ids, got {getattr(labels, 'dtype', type(labels))}")
+    if labels.dim() != 1 or len(labels) != n_rows or n_rows < 1:
+        raise ValueError(f"labels must be (N,) with N = len(token_ids) = {n_rows} >= 1, got {tuple(labels.shape)}")
+    check_ids_below(labels, "n_classes", n_classes, what="label")
+
 # %% ../nbs/11b_finetune.ipynb #741cb139
 def finetune_classifier(classifier: SequenceClassifier,
                         token_ids: Tensor, # (N, T) int64 training pieces
-                        padding_mask: Tensor, # (N, T) bool, True = real token
+                        padding_mask: Tensor | None, # (N, T) bool, True = real token; None: no padding
                         labels: Tensor, # (N,) int64 in [0, n_classes)
                         steps: int = 300, # optimizer steps
                         batch_size: int = 32, # pieces per step, drawn with replacement
@@ -224,8 +247,12 @@ def finetune_classifier(classifier: SequenceClassifier,
                        ) -> list[float]: # the training loss of every step, nats
     """Fine-tune by backpropagation on the cross-entropy of the class logits. Trains the parameters that require
     gradients: the whole model, or only the head after `freeze_body` (then the body's features are computed once,
-    in eval mode). `callback` (e.g. `EarlyStopping`) may stop it early. Leaves the classifier in eval mode."""
+    in eval mode). `callback` (e.g. `EarlyStopping`) may stop it early. Leaves the classifier in eval mode. Raises
+    `ValueError` for a non-positive steps or batch_size, labels not (N,) with N = len(token_ids) >= 1, or a label
+    outside [0, n_classes); `TypeError` for labels that are not int64."""
     check_positive_int("steps", steps)
+    check_positive_int("batch_size", batch_size)
+    _check_labels(labels, len(token_ids), classifier.head.out_features)
     frozen = not any(p.requires_grad for p in classifier.body.parameters())
     params = [p for p in classifier.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -235,7 +262,8 @@ def finetune_classifier(classifier: SequenceClassifier,
     losses = []
     for _ in range(steps):
         ix = torch.randint(len(labels), (batch_size,), generator=generator)  # (b,)
-        logits = classifier.head(feats[ix]) if frozen else classifier(token_ids[ix], padding_mask[ix])  # (b, C)
+        if frozen: logits = classifier.head(feats[ix])  # (b, C)
+        else: logits = classifier(token_ids[ix], None if padding_mask is None else padding_mask[ix])  # (b, C)
         loss = F.cross_entropy(logits, labels[ix])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -135,7 +135,9 @@ def repeated_text(data: Tensor, # (N,) int64 token ids of a split
                   batch_size: int = 16, # B
                   generator: torch.Generator | None = None,
                  ) -> Tensor: # (B, 2L) int64: random windows of real text, each followed by itself
-    "Real text segments repeated once: the second copy is as predictable as the first plus whatever copying adds."
+    """Real text segments repeated once: the second copy is as predictable as the first plus whatever copying adds.
+    Raises `ValueError` for a non-positive period, and what `get_batch` raises."""
+    check_positive_int("period", period)
     token_ids, _ = get_batch(data, batch_size, period, generator)  # (B, L)
     return token_ids.repeat(1, 2)  # (B, 2L)
 
@@ -156,14 +158,20 @@ def copy_losses(model: GPT,
                 token_ids: Tensor, # (B, 2L) int64, a segment of length L and then the same segment again
                ) -> tuple: # (first, second): mean nats per token on the first and on the second copy
     """Loss on the first copy (positions predicting tokens 1..L-1) and on the second (tokens L+1..2L-1); the first
-    token of each copy is left out of both, since nothing can predict it. A model that copies has second << first."""
-    if not isinstance(token_ids, Tensor) or token_ids.dim() != 2 or token_ids.shape[1] % 2 or token_ids.shape[1] < 4:
-        raise ValueError(f"token_ids must be (B, 2L) with L >= 2, got shape {tuple(getattr(token_ids, 'shape', ()))}")
-    L = token_ids.shape[1] // 2
-    if not torch.equal(token_ids[:, :L], token_ids[:, L:]):
-        raise ValueError("token_ids must repeat its first half: token_ids[:, :L] != token_ids[:, L:]")
+    token of each copy is left out of both, since nothing can predict it. A model that copies has second << first.
+    Raises `ValueError` unless token_ids is (B, 2L), L >= 2, with its second half equal to its first."""
+    L = _check_repeated("token_ids", token_ids)
     losses = loss_by_position(model, token_ids)  # (2L - 1,)
     return losses[:L - 1].mean().item(), losses[L:].mean().item()
+
+def _check_repeated(name: str, token_ids) -> int:
+    "L, after a `ValueError` naming `name` unless token_ids is (B, 2L), L >= 2, a segment followed by itself."
+    if not isinstance(token_ids, Tensor) or token_ids.dim() != 2 or token_ids.shape[1] % 2 or token_ids.shape[1] < 4:
+        raise ValueError(f"{name} must be (B, 2L) with L >= 2, got shape {tuple(getattr(token_ids, 'shape', ()))}")
+    L = token_ids.shape[1] // 2
+    if not torch.equal(token_ids[:, :L], token_ids[:, L:]):
+        raise ValueError(f"{name} must repeat its first half: {name}[:, :L] != {name}[:, L:]")
+    return L
 
 # %% ../nbs/11_inside.ipynb #530627c1
 HEAD_SCORES = ("previous_token", "first_token", "newline", "induction")  # the columns of `head_scores`
@@ -174,7 +182,10 @@ def head_scores(model: GPT,
                 newline_id: int, # the newline's token id ("\n")
                ) -> dict: # name in HEAD_SCORES -> (n_layers, n_heads) float, averaged over the batch
     """Every head's scores: previous-token, first-token and newline attention on real text, and the induction score
-    on repeated random tokens (Olsson et al. 2022)."""
+    on repeated random tokens (Olsson et al. 2022). Raises `ValueError` unless random_ids is (B', 2L), L >= 2, with
+    its second half equal to its first (the induction score needs the repeat), and what `attention_patterns` and
+    `token_attention_score` raise."""
+    _check_repeated("random_ids", random_ids)
     text = attention_patterns(model, text_ids)  # (L, B, H, T, T)
     rand = attention_patterns(model, random_ids)  # (L, B', H, 2L, 2L)
     return {"previous_token": previous_token_score(text).mean(1), "first_token": first_token_score(text).mean(1),

@@ -28,7 +28,15 @@ __all__ = ['run_key', 'run_dir']
 
 # %% ../nbs/model_cache.ipynb #78168939
 def run_key(**key) -> str:
-    "The JSON text a cached run is named by: the key's fields plus the package version, sorted by name."
+    """The JSON text a cached run is named by: the key's fields plus the package version, sorted by name. Raises
+    `ValueError` for a field named `version` (the package version's own), `TypeError` naming a field whose value
+    JSON cannot hold."""
+    if "version" in key:
+        raise ValueError(f"version={key['version']!r}: 'version' is reserved in a run key for the package version")
+    for name, value in key.items():
+        try: json.dumps(value)
+        except TypeError as e:
+            raise TypeError(f"run key field {name}={value!r} is not JSON-serialisable: {e}") from None
     return json.dumps({**key, "version": transformerbook.__version__}, sort_keys=True)
 
 def run_dir(prefix: str, # the folder's name before the hash, e.g. "shakespeare-char"

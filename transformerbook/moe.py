@@ -172,7 +172,9 @@ def _mixtral_experts(block: nn.Module) -> tuple[nn.Module, bool]:
 def copy_from_mixtral(moe: MoEFeedForward, # receives the weights (SwiGLU experts, no bias)
                       block: nn.Module, # a transformers `MixtralSparseMoeBlock`
                      ) -> MoEFeedForward:
-    "Copy a Hugging Face `MixtralSparseMoeBlock`'s router and experts into `moe` (in place); `ValueError` on shapes."
+    """Copy a Hugging Face `MixtralSparseMoeBlock`'s router and experts into `moe` (in place). Raises `TypeError` for a
+    block without Mixtral experts and, before copying anything, `ValueError` unless `moe` has SwiGLU experts without
+    biases, renormalize=True and the block's n_experts, d_model, top_k and expert width F (= moe.d_ff)."""
     experts, fused = _mixtral_experts(block)
     _check_mixtral_shapes(moe, block)
     moe.router.gate.weight.copy_(block.gate.weight)  # (E, D)
@@ -189,21 +191,29 @@ def copy_from_mixtral(moe: MoEFeedForward, # receives the weights (SwiGLU expert
 
 # %% ../nbs/10_moe.ipynb #5fb32fcf
 def _check_mixtral_shapes(moe: MoEFeedForward, block: nn.Module) -> None:
+    "Every check runs before anything is copied: a refused copy leaves both sides as they were."
     bias = any(m.bias is not None for m in moe.experts.modules() if isinstance(m, nn.Linear))
     if moe.activation != "swiglu" or bias:
         raise ValueError(f"Mixtral's experts are SwiGLU without biases; this MoEFeedForward has activation="
                          f"{moe.activation!r} and bias={bias}")
-    E, D = block.gate.weight.shape
-    if (E, D) != (moe.n_experts, moe.d_model) or block.top_k != moe.top_k:
-        raise ValueError(f"the Mixtral block has n_experts={E}, d_model={D}, top_k={block.top_k}; this MoEFeedForward "
-                         f"has n_experts={moe.n_experts}, d_model={moe.d_model}, top_k={moe.top_k}")
+    if not moe.router.renormalize:
+        raise ValueError("Mixtral renormalises the top-k weights to sum to 1; this MoEFeedForward has "
+                         "renormalize=False (its outputs would differ from the block's)")
+    experts, fused = _mixtral_experts(block)
+    F = experts.gate_up_proj.shape[1] // 2 if fused else experts[0].w1.weight.shape[0]  # (E, 2F, D) or (F, D)
+    (E, D), ours = block.gate.weight.shape, (moe.n_experts, moe.d_model, moe.d_ff, moe.top_k)
+    if (E, D, F, block.top_k) != ours:
+        raise ValueError(f"the Mixtral block has n_experts={E}, d_model={D}, F={F}, top_k={block.top_k}; this "
+                         f"MoEFeedForward has n_experts={ours[0]}, d_model={ours[1]}, d_ff={ours[2]}, top_k={ours[3]}")
 
 # %% ../nbs/10_moe.ipynb #d795d892
 @torch.no_grad()
 def copy_to_mixtral(moe: MoEFeedForward, # the source (SwiGLU experts, no bias)
                     block: nn.Module, # a transformers `MixtralSparseMoeBlock`, overwritten in place
                    ) -> nn.Module:
-    "Copy `moe`'s router and experts into Hugging Face's `MixtralSparseMoeBlock` (in place); `ValueError` on shapes."
+    """Copy `moe`'s router and experts into Hugging Face's `MixtralSparseMoeBlock` (in place). Raises `TypeError` for a
+    block without Mixtral experts and, before copying anything, `ValueError` unless `moe` has SwiGLU experts without
+    biases, renormalize=True and the block's n_experts, d_model, top_k and expert width F (= moe.d_ff)."""
     experts, fused = _mixtral_experts(block)
     _check_mixtral_shapes(moe, block)
     block.gate.weight.copy_(moe.router.gate.weight)
@@ -246,6 +256,13 @@ def load_balancing_loss(router_logits: Tensor | Sequence[Tensor], # (..., E) flo
     probability. Several layers' logits are pooled. `TypeError`/`ValueError` for bad logits or top_k."""
     if isinstance(router_logits, (list, tuple)):
         if not router_logits: raise ValueError("router_logits is an empty sequence")
+        for i, l in enumerate(router_logits):
+            if not isinstance(l, Tensor) or not l.is_floating_point() or l.dim() < 1:
+                raise TypeError(f"router_logits[{i}] must be a float tensor (..., E), got "
+                                f"{l.dtype if isinstance(l, Tensor) else type(l).__name__}")
+            if l.shape[-1] != router_logits[0].shape[-1]:
+                raise ValueError(f"every layer's router_logits must have the same E: router_logits[0] has shape "
+                                 f"{tuple(router_logits[0].shape)}, router_logits[{i}] {tuple(l.shape)}")
         router_logits = torch.cat([l.reshape(-1, l.shape[-1]) for l in router_logits])  # (layers·N, E)
     if not isinstance(router_logits, Tensor) or not router_logits.is_floating_point():
         raise TypeError(f"router_logits must be a float tensor (..., E), got "

@@ -66,8 +66,12 @@ def sft_targets(token_ids: Tensor, # (B, T+1) int64 rendered conversations, righ
 def chat_batch(examples: list, # [(ids, loss_mask)] from `render_chat`
                pad_id: int = 0, # fills the right padding (never learned)
               ) -> tuple[Tensor, Tensor, Tensor]: # token_ids (B, L), loss_mask (B, L), padding_mask (B, L)
-    "Right-pad rendered conversations to the longest, L; padding is False in both masks. `ValueError` if empty."
+    """Right-pad rendered conversations to the longest, L; padding is False in both masks. `ValueError` if empty or if
+    an example's loss_mask is not as long as its ids."""
     if not examples: raise ValueError("examples is empty: no conversation to batch")
+    for b, (ids, mask) in enumerate(examples):
+        if len(mask) != len(ids):
+            raise ValueError(f"examples[{b}] has {len(ids)} ids but a loss_mask of length {len(mask)}: one flag per id")
     L = max(len(ids) for ids, _ in examples)
     token_ids = torch.full((len(examples), L), pad_id, dtype=torch.long)
     loss_mask = torch.zeros(len(examples), L, dtype=torch.bool)
@@ -125,8 +129,10 @@ def sft(model: nn.Module, # trained in place; every parameter that requires grad
         supervise: str = "assistant", # "assistant" (the loss mask) or "all" (unmasked ablation)
         generator: torch.Generator | None = None, # draws the batches
        ) -> list[float]: # the training loss of every step, nats per supervised token
-    "Supervised fine-tuning on rendered conversations. Leaves the model in eval mode."
+    """Supervised fine-tuning on rendered conversations. Leaves the model in eval mode. Raises `ValueError` for a
+    non-positive steps or batch_size, and what `chat_batch` and `sft_loss` raise."""
     check_positive_int("steps", steps)
+    check_positive_int("batch_size", batch_size)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     model.train()
     losses = []
@@ -289,16 +295,20 @@ class LoRALinear(nn.Module):
         if self.merged: self.base.weight -= self.delta_weight(); self.merged = False  # noqa: E702
 
 # %% ../nbs/13_posttraining.ipynb #2de0840b
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj", "fc", "proj")  # every linear layer of a block
+# attention's four projections and the GELU MLP's two layers; a SwiGLU MLP's w1, w2 and w3 are not among them
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj", "fc", "proj")
 
 def apply_lora(model: nn.Module, # a GPT; changed in place
                rank: int = 8, alpha: float = 16.0,
                targets: tuple = LORA_TARGETS, # wrap an nn.Linear whose name ends with one of these
               ) -> list[str]: # the names of the wrapped layers
-    "Freeze every parameter of `model`, then wrap each target `nn.Linear` in a `LoRALinear`. `ValueError` if none."
-    for p in model.parameters(): p.requires_grad_(False)
+    """Freeze every parameter of `model`, then wrap each target `nn.Linear` in a `LoRALinear`. Raises `ValueError`,
+    leaving the model unchanged, if there is no target or the model already has a `LoRALinear`."""
+    if any(isinstance(m, LoRALinear) for m in model.modules()):
+        raise ValueError("the model is already wrapped in LoRALinear: call unwrap_lora(model) first, or start afresh")
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n.rsplit(".", 1)[-1] in targets]
     if not names: raise ValueError(f"no nn.Linear named one of {targets} in {type(model).__name__}")
+    for p in model.parameters(): p.requires_grad_(False)
     for name in names:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name)
@@ -346,8 +356,15 @@ def dpo_loss(policy_chosen: Tensor, policy_rejected: Tensor, # (B,) log π_θ(y_
              ref_chosen: Tensor, ref_rejected: Tensor, # (B,) the same under π_ref
              beta: float = 0.1, # β: the strength of the KL penalty the loss implies
             ) -> tuple[Tensor, dict]: # scalar loss; TRL's rewards/chosen, rejected, margins, accuracies
-    "DPO's loss (Rafailov et al. 2023, eq. 7) and the implicit rewards β log π_θ/π_ref (eq. 5) that TRL logs."
+    """DPO's loss (Rafailov et al. 2023, eq. 7) and the implicit rewards β log π_θ/π_ref (eq. 5) that TRL logs.
+    `ValueError` for a non-positive beta or log-probabilities not all (B,) of one B, `TypeError` for a non-tensor."""
     check_positive_number("beta", beta)
+    for name, t in (("policy_chosen", policy_chosen), ("policy_rejected", policy_rejected),
+                    ("ref_chosen", ref_chosen), ("ref_rejected", ref_rejected)):
+        check_instance(name, t, Tensor)
+        if t.dim() != 1 or t.shape != policy_chosen.shape:
+            raise ValueError(f"the log-probabilities must all be (B,), one B: {name} has shape {tuple(t.shape)}, "
+                             f"policy_chosen {tuple(policy_chosen.shape)}")
     chosen = beta * (policy_chosen - ref_chosen)  # (B,) r̂(x, y_w)
     rejected = beta * (policy_rejected - ref_rejected)  # (B,) r̂(x, y_l)
     loss = -F.logsigmoid(chosen - rejected).mean()
@@ -406,7 +423,9 @@ def dpo(policy: nn.Module, # trained in place (all parameters that require grad)
         generator: torch.Generator | None = None,
         on_step=None, # called as on_step(step, policy) before each step and after the last (e.g. to measure)
        ) -> list[dict]: # per step: loss and `dpo_loss`'s metrics
-    "Direct preference optimisation (Rafailov et al. 2023, eq. 7) on `pairs`. Leaves the policy in eval mode."
+    """Direct preference optimisation (Rafailov et al. 2023, eq. 7) on `pairs`. Leaves the policy in eval mode.
+    Raises `ValueError` for a non-positive batch_size, and what `response_logprobs` and `dpo_loss` raise."""
+    check_positive_int("batch_size", batch_size)
     token_ids, loss_mask = _pair_rows(pairs, tokenizer)
     N = len(pairs)
     with torch.no_grad(): ref = response_logprobs(reference.eval(), token_ids, loss_mask, reduction)  # (2N,) once

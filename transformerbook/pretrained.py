@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from .lm_head import GPT, GPTConfig
-from .validation import check_choice
+from .validation import check_choice, check_positive_int
 
 # %% auto #0
 __all__ = ['LLAMA_FAMILY', 'config_from_gpt2', 'take_tensor', 'copy_state', 'load_gpt2_state_dict', 'config_from_llama',
@@ -165,10 +165,16 @@ def config_from_llama(hf_config, # a `transformers.LlamaConfig`/`Qwen3Config` or
                      ) -> GPTConfig:
     """Map a Hugging Face Llama or Qwen3 config onto `GPTConfig`: RMSNorm, rotary positions (with Llama 3's frequency
     scaling), SwiGLU, n_kv_heads key/value heads, and for Qwen3 QK-norm and an explicit d_head. Raises `ValueError`
-    naming the field for another model_type or an option the book's model does not implement."""
+    naming the field for another model_type, a missing field, an option the book's model does not implement, or a
+    context_length that is not a positive int."""
     d = dict(hf_config if isinstance(hf_config, dict) else hf_config.to_dict())
     kind = d.get("model_type")
     check_choice("model_type", kind, LLAMA_FAMILY)
+    if context_length is not None: check_positive_int("context_length", context_length)
+    needed = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+              "rms_norm_eps") + (("max_position_embeddings",) if context_length is None else ())
+    missing = [k for k in needed if k not in d]
+    if missing: raise ValueError(f"the Hugging Face config lacks the fields {missing}")
     if d.get("hidden_act", "silu") != "silu":
         raise ValueError(f"hidden_act={d['hidden_act']!r}: only 'silu' (SwiGLU) maps")
     if d.get("attention_bias", False) != d.get("mlp_bias", False):
@@ -178,7 +184,8 @@ def config_from_llama(hf_config, # a `transformers.LlamaConfig`/`Qwen3Config` or
     rope = d.get("rope_scaling") or d.get("rope_parameters")  # transformers 5 keeps θ in rope_parameters
     rope_theta = d.get("rope_theta") or (rope or {}).get("rope_theta", 10000.0)
     scaling = rope if rope and rope.get("rope_type", rope.get("type")) not in (None, "default") else None
-    return GPTConfig(vocab_size=d["vocab_size"], context_length=context_length or d["max_position_embeddings"],
+    T = d["max_position_embeddings"] if context_length is None else context_length
+    return GPTConfig(vocab_size=d["vocab_size"], context_length=T,
                      d_model=d["hidden_size"], n_heads=d["num_attention_heads"], n_layers=d["num_hidden_layers"],
                      d_ff=d["intermediate_size"], n_kv_heads=d.get("num_key_value_heads") or d["num_attention_heads"],
                      d_head=d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"], dropout=0.0,
@@ -231,7 +238,7 @@ def checkpoint_folder(name_or_path: str | os.PathLike, # a local folder, or a Hu
                       local_files_only: bool = False, # never use the network
                      ) -> Path:
     ("A local folder as is, or a Hub model name downloaded (config + safetensors) into the Hugging Face cache; "
-     "`OSError` if neither.")
+     "`ValueError` for a path to a file, `OSError` if neither.")
     path = Path(name_or_path).expanduser()
     if path.is_dir(): return path
     if path.exists(): raise ValueError(f"{str(name_or_path)!r} is a file; pass the folder written by save_pretrained")
@@ -244,10 +251,12 @@ def checkpoint_folder(name_or_path: str | os.PathLike, # a local folder, or a Hu
                       f"(local_files_only={local_files_only}): {type(e).__name__}: {e}") from e
 
 # %% ../nbs/pretrained.ipynb #192011dc
-def read_state_dict(folder: Path, # a checkpoint folder
+def read_state_dict(folder: str | os.PathLike, # a checkpoint folder
                    ) -> dict[str, Tensor]:
-    "Tensors of a checkpoint folder: model.safetensors, sharded safetensors (with an index) or pytorch_model.bin."
+    ("Tensors of a checkpoint folder: model.safetensors, sharded safetensors (with an index) or pytorch_model.bin; "
+     "`FileNotFoundError` if there is none.")
     from safetensors.torch import load_file
+    folder = Path(folder)
     if (folder / "model.safetensors").exists(): return load_file(folder / "model.safetensors")
     index = folder / "model.safetensors.index.json"
     if index.exists():
@@ -259,10 +268,11 @@ def read_state_dict(folder: Path, # a checkpoint folder
         return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
     raise FileNotFoundError(f"no model.safetensors, model.safetensors.index.json or pytorch_model.bin in {folder}")
 
-def read_hf_config(folder: Path) -> dict:
+def read_hf_config(folder: str | os.PathLike) -> dict:
     ("The folder's config.json, with Hugging Face's defaults filled in (`AutoConfig`); "
      "`FileNotFoundError` if there is none.")
     from transformers import AutoConfig
+    folder = Path(folder)
     if not (folder / "config.json").exists(): raise FileNotFoundError(f"no config.json in {folder}")
     return AutoConfig.from_pretrained(folder).to_dict()
 

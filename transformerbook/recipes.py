@@ -141,7 +141,10 @@ def baby_gpt_configs(vocab_size: int = 65, # 65 characters in TinyShakespeare
                      **train_overrides, # e.g. max_iters=200
                     ) -> tuple: # (GPTConfig, TrainConfig)
     """nanoGPT's CPU 'baby GPT' for character-level Shakespeare: 4 layers, 4 heads, d_model 128, context 64,
-    batch 12, 2000 steps, lr 1e-3 -> 1e-4, no dropout; nanoGPT reports validation loss 1.88."""
+    batch 12, 2000 steps, lr 1e-3 -> 1e-4, no dropout; nanoGPT reports validation loss 1.88. An override such as
+    max_iters=200 keeps the preset's lr_decay_iters (2000) and warmup_iters (100): the learning rate then barely decays
+    (and max_iters=50 is all warm-up). Pass lr_decay_iters=None (and a shorter warmup_iters) to decay over the new
+    length, as `transformerbook train --max-iters` does."""
     model_cfg = GPTConfig(vocab_size=vocab_size, context_length=64, d_model=128, n_heads=4, n_layers=4, dropout=0.0,
                           fused=True)  # training uses torch's fused attention and LayerNorm kernels (same maths)
     train_cfg = TrainConfig(**{**dict(max_iters=2000, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
@@ -160,7 +163,10 @@ def preset_configs(name: str = "baby-gpt-char", # one of `PRESETS`
     batch 64, dropout 0.2, lr 1e-3, 5,000 steps; nanoGPT reports validation loss 1.4697 on one A100) and its
     `train.py`'s model defaults: no biases and the exact GELU (GPT-2 and the book's `GPTConfig` have biases and the
     tanh GELU).
-    "bpe-gpt2": the baby GPT on GPT-2's BPE (50,257 ids; 600 steps). Raises `ValueError` for an unknown name."""
+    "bpe-gpt2": the baby GPT on GPT-2's BPE (50,257 ids; 600 steps). Raises `ValueError` for an unknown name.
+    Overrides replace single fields only: max_iters=200 keeps the preset's lr_decay_iters and warmup_iters, so the
+    learning rate does not decay over the shorter run; pass lr_decay_iters=None (and a shorter warmup_iters) for that,
+    as `transformerbook train --max-iters` does."""
     if name == "baby-gpt-char": return baby_gpt_configs(65, **train_overrides)
     if name == "bpe-gpt2":
         return baby_gpt_configs(50257, **{**dict(max_iters=600, lr_decay_iters=600, warmup_iters=50, eval_interval=200),
@@ -187,7 +193,9 @@ def reference_band(preset: str, # one of `PRESETS` that has measured curves
                    step: int, # the optimizer step
                   ) -> dict | None: # {"median", "low", "high", "n_seeds"} at `step`, or None outside the measured steps
     """The validation loss the book measured for `preset` at `step` over several seeds (linear interpolation between
-    evaluations), from `data.load_result("reference_curves")`. None if the preset or the step was not measured."""
+    evaluations), from `data.load_result("reference_curves")`. None if the preset or the step was not measured;
+    `ValueError` for a preset not in `PRESETS`."""
+    check_choice("preset", preset, PRESETS)
     try: curves = load_result("reference_curves")["results"].get(preset)
     except FileNotFoundError: return None
     if not curves or not curves["steps"][0] <= step <= curves["steps"][-1]: return None
@@ -197,8 +205,10 @@ def reference_band(preset: str, # one of `PRESETS` that has measured curves
 def outside_reference(preset: str, step: int, val_loss: float,
                       same_settings: bool = True, # the run uses the preset's settings unchanged
                      ) -> str | None: # one line when `val_loss` lies outside the band, else None
-    "One line saying that a validation loss lies outside the preset's reference band, or None when it is inside."
+    """One line saying that a validation loss lies outside the preset's reference band (or is not finite), or None
+    when it is inside. `ValueError` for a preset not in `PRESETS`."""
     band = reference_band(preset, step)
+    if not math.isfinite(val_loss): return f"step {step}: val loss {val_loss} is not finite (the run has diverged)"
     if band is None or band["low"] <= val_loss <= band["high"]: return None
     where = "above" if val_loss > band["high"] else "below"
     why = "" if same_settings else " (expected: this run's settings differ from the preset's)"

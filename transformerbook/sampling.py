@@ -21,6 +21,7 @@ Docs: https://transformerbook.github.io/transformerbook/sampling.html.md"""
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 
 import torch
@@ -29,8 +30,9 @@ from torch import Tensor, nn
 
 from .lm_head import eval_mode
 from .masking import make_padding_mask
-from .validation import (check_ids, check_in_interval, check_int_in_range, check_nonnegative_int,
-                                        check_positive_int, check_positive_ints, check_positive_number)
+from .validation import (check_ids, check_ids_below, check_in_interval, check_int_in_range,
+                                        check_nonnegative_int, check_positive_int, check_positive_ints,
+                                        check_positive_number)
 from .kv_cache import KVCache, LayerKVCache, kv_cache_bytes  # noqa: F401  (re-exported)
 
 
@@ -64,13 +66,18 @@ def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that mu
 
     With a list of B generators row b uses only `generator[b]`, so its draws do not depend on the other rows. The
     uniform numbers come from CPU generators whatever the device of `logits`: a seed gives the same numbers on a GPU.
-    Raises `ValueError` for a bad shape, a row that is all -inf or NaN, or a generator list of the wrong length."""
+    Raises `ValueError` for a bad shape, a row that is all -inf, contains NaN or contains +inf (an overflow), or a
+    generator list of the wrong length."""
     if logits.dim() != 2:
         raise ValueError(f"logits must have shape (B, V), got {tuple(logits.shape)}")
     B, V = logits.shape
     probs = torch.softmax(logits.double(), dim=-1)  # (B, V); float64 so the running sum reaches 1 accurately
     if check and torch.isnan(probs).any():
         rows = torch.nonzero(torch.isnan(probs).any(-1)).flatten().tolist()
+        if torch.isposinf(logits).any():  # softmax of +inf is NaN
+            rows = torch.nonzero(torch.isposinf(logits).any(-1)).flatten().tolist()
+            raise ValueError(f"rows {rows} of logits contain +inf, an overflow (e.g. float16 logits divided by a "
+                             "small temperature: divide in float32): nothing can be sampled")
         raise ValueError(f"rows {rows} of logits are all -inf or contain NaN: nothing can be sampled")
     if isinstance(generator, (list, tuple)):
         if len(generator) != B:
@@ -87,20 +94,40 @@ def sample_from_logits(logits: Tensor, # (B, V) float; -inf marks tokens that mu
 def _check_temperature(t) -> None:
     check_positive_number("temperature", t, "for greedy decoding, the limit τ → 0, use generate(..., temperature=0)")
 
+def _divide(logits: Tensor, temperature: float) -> Tensor:
+    "u / τ in float32 or wider: float16 logits over a small τ would overflow to +inf (float16 stops at 65504)."
+    return logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # float32 itself: no copy
+
 def _check_top_k(k) -> None: check_positive_int("top_k", k, "k = 1 is greedy decoding")
 
 def _check_top_p(p) -> None: check_in_interval("top_p", p, "(0, 1]", "1 keeps every token")
 
+def _is_integer_dtype(dtype: torch.dtype) -> bool:
+    "Any integer dtype, uint16 (what `corpus.load_prepared` writes) and int8 included; not float, complex or bool."
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+def _int_ids(row) -> list[int]:
+    "One prompt's ids as Python ints; `TypeError` naming the first that is not an integer (int() would truncate 1.5)."
+    if isinstance(row, Tensor):
+        if not _is_integer_dtype(row.dtype): raise TypeError(f"token_ids must be integer ids, got dtype {row.dtype}")
+        return [int(i) for i in row.tolist()]
+    for i in row:
+        if isinstance(i, bool) or not (isinstance(i, numbers.Integral) or
+                                       isinstance(i, Tensor) and i.dim() == 0 and _is_integer_dtype(i.dtype)):
+            raise TypeError(f"token_ids must be integer ids, got {i!r} ({type(i).__name__})")
+    return [int(i) for i in row]
+
 # %% ../nbs/07_sampling.ipynb #1597ffda
 def apply_temperature(logits: Tensor, # (..., V) float
                       temperature: float, # τ > 0; < 1 sharpens, > 1 flattens, 1 leaves the distribution unchanged
-                     ) -> Tensor: # (..., V) logits u / τ
+                     ) -> Tensor: # (..., V) logits u / τ; float32 for float16 or bfloat16 logits
     """Temperature scaling u / τ (J&M eq. 10.49), as Hugging Face's `TemperatureLogitsWarper`.
 
     Raises `ValueError` unless τ is a positive finite number (greedy decoding, the limit τ → 0, is
-    `generate(..., temperature=0)`)."""
+    `generate(..., temperature=0)`). The division is made in float32 (or float64 for float64 logits): in float16,
+    logits over a small τ would overflow to +inf."""
     _check_temperature(temperature)
-    return logits / temperature
+    return _divide(logits, temperature)
 
 # %% ../nbs/07_sampling.ipynb #782d6841
 def top_k_filter(logits: Tensor, # (..., V) float
@@ -151,7 +178,7 @@ def warp_logits(logits: Tensor, # (..., V) float
 
 def _warp(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Tensor:
     "`warp_logits` after its checks: `generate` checks its arguments once, before its loop, not at every token."
-    logits = logits / temperature  # eq. 10.49
+    logits = _divide(logits, temperature)  # eq. 10.49, in float32 or wider
     if top_k is not None: logits = _keep_top_k(logits, top_k)
     if top_p is not None: logits = _keep_top_p(logits, top_p)
     return logits
@@ -170,7 +197,7 @@ def _as_left_padded(token_ids, # list of ids, list of lists, (T,) or (B, T) inte
                    ) -> tuple[Tensor, Tensor]: # ids (B, P) int64 and mask (B, P) bool, P = longest prompt
     "Validate the prompts and return them left-padded, trimmed to the longest prompt."
     if isinstance(token_ids, Tensor):
-        if token_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        if not _is_integer_dtype(token_ids.dtype):  # any: uint16 is what corpus.load_prepared writes
             raise TypeError(f"token_ids must be an integer tensor, got dtype {token_ids.dtype}")
         ids = token_ids[None] if token_ids.dim() == 1 else token_ids
         if ids.dim() != 2:
@@ -183,8 +210,9 @@ def _as_left_padded(token_ids, # list of ids, list of lists, (T,) or (B, T) inte
     else:
         if lengths is not None: raise ValueError("lengths is only used with a padded tensor of token_ids")
         rows = list(token_ids)
-        if not rows or not isinstance(rows[0], (list, tuple, Tensor)): rows = [rows]  # one prompt
-        rows = [[int(i) for i in r] for r in rows]
+        if not rows or not isinstance(rows[0], (list, tuple, Tensor)) or getattr(rows[0], "ndim", 1) == 0:
+            rows = [rows]  # one prompt (of ints, or of 0-d tensors)
+        rows = [_int_ids(r) for r in rows]
         P = max(len(r) for r in rows)
         ids = torch.tensor([[pad_token_id] * (P - len(r)) + r for r in rows], dtype=torch.long, device=device)
         mask = torch.tensor([[False] * (P - len(r)) + [True] * len(r) for r in rows], device=device).reshape(ids.shape)
@@ -287,8 +315,8 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
     top-p applied in that order. Prompts of different lengths are left-padded, masked and skipped by the position ids,
     so row b equals `generate` on prompt b alone (with `generator[b]` when sampling) up to its padding; contexts
     longer than `context_length` keep their last `context_length` tokens. Arguments are checked once, before the
-    loop: `TypeError` for `token_ids` of a non-integer dtype (e.g. float), `ValueError` for max_new_tokens < 0,
-    temperature < 0, top_k < 1, top_p outside (0, 1], an empty prompt, or token ids outside the vocabulary."""
+    loop: `TypeError` for `token_ids` of a non-integer dtype or a non-integer id (1.5), `ValueError` for
+    max_new_tokens < 0, temperature < 0, top_k < 1, top_p outside (0, 1], an empty prompt, or ids outside [0, V)."""
     model_cfg, device = model.config, next(model.parameters()).device
     _check_generate_args(model_cfg, max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id)
     pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
@@ -350,9 +378,11 @@ def encode_continuations(tokenizer, # anything with `encode(str) -> list[int]`
 
 # %% ../nbs/07_sampling.ipynb #5266a349
 def token_log_probs(logits: Tensor, # (B, T, V) float: the model's output at T positions
-                    targets: Tensor, # (B, T) int64: the token that follows each position
+                    targets: Tensor, # (B, T) int64 in [0, V): the token that follows each position
                    ) -> Tensor: # (B, T), the dtype of `logits`: log P(targets[:, t] | what position t saw), nats
-    "Log-probability of each next token (chain rule, notes eq. 19.1): log softmax of position t's logits at its target."
+    """Log-probability of each next token (chain rule, notes eq. 19.1): log softmax of position t's logits at its
+    target. Targets must be in [0, V); they are not checked (a -100 target, cross-entropy's ignore_index, gives 0;
+    another id outside [0, V) raises torch's IndexError)."""
     B, T, V = logits.shape  # -cross-entropy is log softmax at the target, without a (B, T, V) log-softmax copy
     return -F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none").view(B, T)
 
@@ -379,12 +409,23 @@ def score_continuations(model: nn.Module, # a `GPT`
     return torch.stack(scores).cpu()
 
 # %% ../nbs/07_sampling.ipynb #a046acf2
+def _token_list(name: str, tokens, hint: str) -> list:
+    "`tokens` as a list; tensor ids become ints (tensors hash and compare by identity in a set or an n-gram)."
+    if isinstance(tokens, Tensor):
+        if tokens.dim() != 1:
+            raise ValueError(f"{name} must be one sequence of tokens (1-D), got a tensor of shape "
+                             f"{tuple(tokens.shape)}: {hint}")
+        return [int(t) for t in tokens.tolist()]
+    return [int(t) if isinstance(t, Tensor) and t.dim() == 0 else t for t in tokens]
+
 def repeated_ngram_fraction(tokens: Sequence, # tokens, words or characters
                             n: int = 4, # n-gram length, >= 1
                            ) -> float: # in [0, 1]; 0 when there are no n-grams
-    "Fraction of the n-grams of `tokens` that repeat an n-gram seen earlier in the same sequence (a loop detector)."
+    """Fraction of the n-grams of `tokens` that repeat an n-gram seen earlier in the same sequence (a loop detector).
+    A tensor must be one row (`out[b]`): its ids are compared as ints. Raises `ValueError` for n < 1 or a tensor that
+    is not 1-D."""
     check_positive_int("n", n)
-    tokens = [int(t) if isinstance(t, Tensor) else t for t in tokens]
+    tokens = _token_list("tokens", tokens, "pass one row, out[b]")
     grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
@@ -394,10 +435,11 @@ def self_bleu(texts: Sequence[Sequence], # N >= 2 texts, each a sequence of toke
              ) -> float: # in [0, 1]: 0 = the texts share no n-grams, 1 = they are identical
     """Self-BLEU-n (Zhu et al. 2018; used by Holtzman et al. 2020 for diversity): the mean over texts of the BLEU-n of
     each text against all the others as references, with nltk's `sentence_bleu` (uniform weights, smoothing
-    method 1). High values mean the texts repeat one another. Raises `ValueError` for fewer than two texts or n < 1."""
+    method 1). High values mean the texts repeat one another. Rows of a (N, T) tensor of ids (`generate`'s output)
+    are compared as ints. Raises `ValueError` for fewer than two texts, n < 1, or a tensor text that is not 1-D."""
     from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
     check_positive_int("n", n)
-    texts = [list(t) for t in texts]
+    texts = [_token_list(f"texts[{i}]", t, "pass (N, T) ids or N rows") for i, t in enumerate(texts)]
     if len(texts) < 2: raise ValueError(f"self-BLEU needs at least two texts, got {len(texts)}")
     smooth = SmoothingFunction().method1
     return sum(sentence_bleu(texts[:i] + texts[i + 1:], t, weights=(1 / n,) * n, smoothing_function=smooth)
@@ -413,15 +455,17 @@ def perplexity(model: nn.Module, # a `GPT`
     exp(-mean over t of log P(w_t | w_<t)), in the natural log.
 
     Each token is conditioned on at most `context_length` preceding tokens; sequences longer than the context are
-    scored in windows advancing by context_length // 2 tokens. Raises `TypeError` for non-integer ids (e.g. a float
-    tensor), `ValueError` if the ids are not one 1-D sequence or prompt_length is not in [1, T)."""
+    scored in windows advancing by context_length // 2 tokens. Ids of any integer dtype are accepted (uint16 from
+    `corpus.load_prepared` too). Raises `TypeError` for non-integer ids (e.g. a float tensor), `ValueError` if the ids
+    are not one 1-D sequence, an id is outside [0, vocab_size), or prompt_length is not in [1, T)."""
     if not isinstance(token_ids, Tensor):
         token_ids = torch.as_tensor(token_ids) if len(token_ids) else torch.zeros(0, dtype=torch.long)
-    check_ids("token_ids", token_ids)
+    check_ids("token_ids", token_ids.long() if _is_integer_dtype(token_ids.dtype) else token_ids)  # uint16 too
     if token_ids.dim() != 1:
         raise ValueError(f"token_ids must be one sequence of shape (T,), got shape {tuple(token_ids.shape)}; "
                          "score a batch one row at a time")
     ids = token_ids.long()
+    check_ids_below(ids, "vocab_size", model.config.vocab_size)  # cross_entropy would skip -100 silently
     T, C = ids.numel(), model.config.context_length
     check_int_in_range("prompt_length", prompt_length, 1, T, "T")
     device = next(model.parameters()).device

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from .lm_head import GPT, GPTConfig
-from .validation import check_instance, check_positive_int
+from .validation import check_instance, check_positive_int, check_positive_number
 
 # %% auto #0
 __all__ = ['ZERO_STAGES', 'model_flops_per_token', 'matmul_peak_flops', 'mfu', 'sharded_memory', 'checkpoint_blocks',
@@ -47,11 +47,12 @@ def model_flops_per_token(model_cfg: GPTConfig, # the model, with any of its swi
                           seq_len: int | None = None, # T, tokens per sequence; default model_cfg.context_length
                           training: bool = True, # forward + backward (3x the forward), or the forward alone
                          ) -> int: # matrix-multiply FLOPs per token
-    """Matrix-multiply FLOPs per token of `GPT(model_cfg)` on (B, seq_len) token ids, as `FlopCounterMode` counts
-    them, for every switch (Kaplan et al. 2020, Table 1, made exact): the q, k, v and output projections, QKᵀ and
-    weights·V over the full T × T square, the feed-forward's 2 matrices (3 for SwiGLU) and the LM head; times 3 for
-    training. Element-wise work (norms, rotations, softmax, activations) is not counted. `TypeError` for a config
-    that is not a `GPTConfig`, `ValueError` for seq_len < 1."""
+    """Matrix-multiply FLOPs per token of `GPT(model_cfg)` on (B, seq_len) token ids (Kaplan et al. 2020, Table 1,
+    made exact): the q, k, v and output projections, QKᵀ and weights·V over the full T × T square, the feed-forward's
+    2 matrices (3 for SwiGLU) and the LM head; times 3 for training. Element-wise work (norms, rotations, softmax,
+    activations) is not counted. It equals `FlopCounterMode`'s count for every switch except `fused=True` on a CPU,
+    where torch's counter counts the fused attention kernel as zero (its count then lacks the attention term).
+    `TypeError` for a config that is not a `GPTConfig`, `ValueError` for seq_len < 1."""
     check_instance("model_cfg", model_cfg, GPTConfig)
     T = model_cfg.context_length if seq_len is None else seq_len
     check_positive_int("seq_len", T)
@@ -84,8 +85,11 @@ def mfu(tokens_per_s: float, # measured training throughput
         flops_per_token: float, # e.g. `model_flops_per_token(model_cfg)`
         peak_flops: float, # the hardware's FLOP/s (datasheet, or `matmul_peak_flops()`)
        ) -> float: # model FLOPs utilisation, in [0, 1] for a sensible peak
-    "Model FLOPs utilisation: the share of `peak_flops` spent on the model's own matrix products (PaLM, app. B)."
-    if not peak_flops > 0: raise ValueError(f"peak_flops={peak_flops} must be > 0")
+    """Model FLOPs utilisation: the share of `peak_flops` spent on the model's own matrix products (PaLM, app. B).
+    `ValueError` naming any of the three that is not a positive finite number."""
+    check_positive_number("tokens_per_s", tokens_per_s)
+    check_positive_number("flops_per_token", flops_per_token)
+    check_positive_number("peak_flops", peak_flops)
     return tokens_per_s * flops_per_token / peak_flops
 
 # %% ../nbs/08b_scale.ipynb #a3997a26
@@ -98,8 +102,10 @@ def sharded_memory(n_params: int, # Ψ, the model's parameters
                   ) -> float: # bytes per GPU for weights, gradients and optimizer state (activations excluded)
     """Memory per GPU of mixed-precision Adam (2-byte weights and gradients, K bytes of optimizer state per parameter)
     under plain data parallelism and ZeRO stages 1-3 (Rajbhandari et al. 2020, §5 and Figure 1). Raises `ValueError`
-    for an unknown stage or a non-positive count."""
+    for an unknown stage, or a count that is not a finite number >= 1 (NaN included)."""
     if stage not in ZERO_STAGES: raise ValueError(f"stage={stage!r} must be one of {list(ZERO_STAGES)}")
+    check_positive_number("n_params", n_params)
+    check_positive_number("n_gpus", n_gpus)
     if n_params < 1 or n_gpus < 1: raise ValueError(f"n_params={n_params} and n_gpus={n_gpus} must be >= 1")
     shard = lambda x, level: x / n_gpus if ZERO_STAGES.index(stage) >= level else x
     return shard(2 * n_params, 3) + shard(2 * n_params, 2) + shard(optimizer_bytes * n_params, 1)

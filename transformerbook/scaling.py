@@ -37,7 +37,7 @@ from .lm_head import GPTConfig
 from .scale import model_flops_per_token
 from .training import TrainConfig, cached_run, load_checkpoint
 from .validation import check_in_interval, check_instance, check_positive_ints
-from .validation import check_positive_number, is_number
+from .validation import check_positive_number
 
 # %% auto #0
 __all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CHINCHILLA_INITS', 'count_params',
@@ -117,10 +117,10 @@ def power_law(x, # N, D or C: a positive number or tensor (in the units of x_c)
               x_c: float, # the scale N_c, D_c or C_c
               alpha: float, # the exponent alpha_N, alpha_D or alpha_C
              ): # L = (x_c / x)^alpha, nats per token; a float for a number, a float64 tensor for a tensor
-    "Kaplan et al.'s single-variable law L(x) = (x_c / x)^alpha (J&M eqs. 10.52-10.54); `ValueError` for x <= 0 or NaN."
+    """Kaplan et al.'s single-variable law L(x) = (x_c / x)^alpha (J&M eqs. 10.52-10.54); `ValueError` for x <= 0 or
+    NaN, and unless x_c and alpha are positive finite numbers (a loss falls as the scale grows)."""
     check_positive_number("x_c", x_c)
-    if not is_number(alpha) or not math.isfinite(alpha):
-        raise ValueError(f"alpha={alpha!r} must be a finite number")
+    check_positive_number("alpha", alpha)
     loss = (x_c / _as_positive("x", x)) ** alpha
     return loss.item() if not isinstance(x, Tensor) and loss.dim() == 0 else loss
 
@@ -233,7 +233,10 @@ def fit_chinchilla(n_params, # (n,) N of each run, positive
                   ) -> ChinchillaLaw: # the best fit over all starts
     """Fit L(N, D) = E + A/N^alpha + B/D^beta (notes eq. 19.17) as Hoffmann et al. 2022 (approach 3): L-BFGS on the
     Huber loss of log-loss residuals from several starting points. Raises `ValueError` for non-positive, NaN or
-    mismatched data, fewer than 5 runs, or when no start converges to a valid law."""
+    mismatched data, fewer than 5 runs, a `delta` that is not a positive finite number, a `max_iter` that is not a
+    positive int, or when no start converges to a valid law."""
+    check_positive_number("delta", delta)
+    check_positive_ints(max_iter=max_iter)
     N, D, L = _fit_data(n_params=n_params, n_tokens=n_tokens, losses=losses)
     if len(N) < 5: raise ValueError(f"need at least 5 runs to fit the 5 parameters, got {len(N)}")
     log_n, log_d, log_l = N.log(), D.log(), L.log()
@@ -249,21 +252,21 @@ def fit_chinchilla(n_params, # (n,) N of each run, positive
 
 # %% ../nbs/09_scaling.ipynb #d7c0e61d
 def scaling_run(model_cfg: GPTConfig, # the model; vocab_size must be the character vocabulary's (65)
-                train_cfg: TrainConfig, # fixes D = max_iters * batch_size * context_length
+                train_cfg: TrainConfig, # D = steps trained (max_iters, fewer if `patience` stopped it) * B * T
                 progress: bool = False, # show training's progress bar
                ) -> dict: # n_params (N), n_tokens (D), flops (C, exact), train_loss and val_loss (nats/token)
     """Train `GPT(model_cfg)` on character-level TinyShakespeare with the book's `train` and report N, D, C (the
     run's matrix-multiply FLOPs, `scale.model_flops_per_token` × D) and the final losses. Cached like
     `shakespeare_model`: a checkpoint under `cache_dir()/models/scaling-<hash of the configs and code version>`, so a
-    second call only reads it (and an interrupted run resumes). Raises `TypeError` for configs of the wrong type,
-    `ValueError` for a vocabulary size other than the data's."""
+    second call only reads it (and an interrupted run resumes; one `patience` stopped is finished). Raises
+    `TypeError` for configs of the wrong type, `ValueError` for a vocabulary size other than the data's."""
     check_instance("model_cfg", model_cfg, GPTConfig)
     check_instance("train_cfg", train_cfg, TrainConfig)
     path = cached_run("scaling", model_cfg, train_cfg, "char", {"data": "tinyshakespeare-char"}, progress,
                                    desc=f"N={count_params(model_cfg, non_embedding=True):,}")
     ckpt = load_checkpoint(path)
     n_params = count_params(model_cfg, non_embedding=True)
-    n_tokens = train_cfg.max_iters * train_cfg.batch_size * model_cfg.context_length
+    n_tokens = ckpt["step"] * train_cfg.batch_size * model_cfg.context_length  # the tokens trained on
     history = ckpt["history"]
     return {"n_params": n_params, "n_tokens": n_tokens, "flops": model_flops_per_token(model_cfg) * n_tokens,
             "train_loss": history["train_loss"][-1], "val_loss": history["val_loss"][-1]}

@@ -32,7 +32,7 @@ from typing import Protocol, runtime_checkable
 import regex
 
 from .data import END_OF_TEXT, END_OF_TEXT_ID, GPT2_PAT_STR, data_path, gpt2_encoding
-from .validation import check_int_in_range
+from .validation import check_int_in_range, check_nonnegative_int, token_id_list
 
 # %% auto #0
 __all__ = ['CharTokenizer', 'TiktokenGPT2', 'get_pair_counts', 'merge', 'most_frequent_pair', 'learn_merges', 'apply_merges',
@@ -55,13 +55,6 @@ def _sorted_chars(text: str, vocab_size: int | None = None) -> list[str]:
         raise ValueError(f"vocab_size={vocab_size!r}, but the text has {len(chars)} distinct characters: "
                          "a character tokenizer's vocabulary is its characters")
     return chars
-
-def _check_ids(ids, vocab_size: int) -> list[int]:
-    "`ids` (a list or 1-D tensor) as a list of ints; raises `ValueError` for an id outside [0, vocab_size)."
-    ids = [int(i) for i in ids]
-    bad = [i for i in ids if not 0 <= i < vocab_size]
-    if bad: raise ValueError(f"token id {bad[0]} is outside [0, vocab_size={vocab_size})")
-    return ids
 
 # %% ../nbs/05a_tokenization.ipynb #a118ac01
 class CharTokenizer:
@@ -98,8 +91,9 @@ class CharTokenizer:
         for chunk in chunks: yield from self.encode(chunk)
 
     def decode(self, ids) -> str:
-        "The text of `ids`; raises `ValueError` for an id outside [0, vocab_size)."
-        return "".join(self.chars[i] for i in _check_ids(ids, self.vocab_size))
+        """The text of `ids` (ints, or a 1-D integer tensor); raises `ValueError` for an id outside [0, vocab_size) or a
+        tensor that is not 1-D, `TypeError` naming the first id that is not an int."""
+        return "".join(self.chars[i] for i in token_id_list(ids, self.vocab_size, hint="decode one row, e.g. out[0]"))
 
     def to_dict(self) -> dict: return {"kind": "char", "chars": self.chars}
 
@@ -133,8 +127,9 @@ class TiktokenGPT2:
         else: yield from _encode_stream(self.encoding.encode_ordinary, GPT2_PAT_STR, chunks)
 
     def decode(self, ids) -> str:
-        "The text of `ids`; raises `ValueError` for an id outside [0, vocab_size)."
-        return self.encoding.decode(_check_ids(ids, self.vocab_size))
+        """The text of `ids` (ints, or a 1-D integer tensor); raises `ValueError` for an id outside [0, vocab_size) or a
+        tensor that is not 1-D, `TypeError` naming the first id that is not an int."""
+        return self.encoding.decode(token_id_list(ids, self.vocab_size, hint="decode one row, e.g. out[0]"))
 
     def train(self, text: str, vocab_size: int | None = None) -> "TiktokenGPT2":
         "Not possible: GPT-2's merges were learned by OpenAI. Train a `BPETokenizer` to learn merges from `text`."
@@ -161,8 +156,8 @@ def _stable_prefix_end(text: str, pat: regex.Pattern) -> int:
             if i + 1 < len(text) and text[i + 1].isalpha() and not text[i - 1].isspace(): return i
             i = text.rfind(" ", 0, i)
     starts = [m.start() for m in pat.finditer(text)]  # general: the last pre-token after a non-space character
-    for i in reversed(starts[1:]):
-        if not text[i - 1].isspace(): return i
+    for i in reversed(starts[1:]):  # not after an apostrophe either: "we'" + "ll" is one pre-token, "'ll"
+        if not text[i - 1].isspace() and text[i - 1] != "'": return i
     return 0
 
 def _encode_stream(encode, pat: str, chunks) -> Iterator[int]:
@@ -210,8 +205,12 @@ def get_pair_counts(ids: list[int], # token ids
                     counts: dict | None = None, # add to these counts instead of starting from empty
                     weight: int = 1, # how many times `ids` occurs (used when training on distinct chunks)
                    ) -> dict[tuple[int, int], int]: # (a, b) -> number of positions i with ids[i:i+2] == [a, b]
-    "Count adjacent pairs of `ids`, overlapping ones included: `[1, 1, 1]` has the pair (1, 1) twice."
-    counts = {} if counts is None else counts
+    """Count adjacent pairs of `ids`, overlapping ones included: `[1, 1, 1]` has the pair (1, 1) twice. Raises
+    `TypeError` naming the first id that is not an int, `ValueError` for a tensor that is not 1-D."""
+    return _count_pairs(token_id_list(ids), {} if counts is None else counts, weight)
+
+def _count_pairs(ids: list[int], counts: dict, weight: int = 1) -> dict:
+    "`get_pair_counts` on ids checked already: the loops below check theirs once, before they start."
     for pair in zip(ids, ids[1:]):
         counts[pair] = counts.get(pair, 0) + weight
     return counts
@@ -252,10 +251,12 @@ def learn_merges(ids: list[int], # the training text as ids (its UTF-8 bytes)
                  n_merges: int, # how many merges to learn (fewer if the text runs out of pairs)
                  verbose: bool = False, # print each merge
                 ) -> dict[tuple[int, int], int]: # (a, b) -> new id, in learning order
-    "Plain BPE training (Sennrich et al. 2016, on bytes as Radford et al. 2019): merge the most frequent pair, repeat."
-    merges = {}
+    """Plain BPE training (Sennrich et al. 2016, on bytes as Radford et al. 2019): merge the most frequent pair, repeat.
+    Raises `ValueError` for a negative `n_merges`, `TypeError`/`ValueError` for bad ids (`get_pair_counts`)."""
+    check_nonnegative_int("n_merges", n_merges)
+    ids, merges = token_id_list(ids), {}
     for new_id in range(256, 256 + n_merges):
-        counts = get_pair_counts(ids)
+        counts = _count_pairs(ids, {})  # get_pair_counts(ids), checked once above
         if not counts: break  # the whole text is one token
         pair = most_frequent_pair(counts)
         ids = merge(ids, pair, new_id)
@@ -268,9 +269,11 @@ def learn_merges(ids: list[int], # the training text as ids (its UTF-8 bytes)
 def apply_merges(ids: list[int], # token ids, e.g. a chunk's bytes
                  merges: dict[tuple[int, int], int], # (a, b) -> new id, ids increasing in learning order
                 ) -> list[int]: # the ids after every applicable merge
-    "BPE encoding (Sennrich et al. 2016): apply the earliest-learned merge that occurs in `ids`, until none does."
+    """BPE encoding (Sennrich et al. 2016): apply the earliest-learned merge that occurs in `ids`, until none does.
+    Raises `TypeError`/`ValueError` for bad ids, as `get_pair_counts`."""
+    ids = token_id_list(ids)
     while len(ids) >= 2:
-        counts = get_pair_counts(ids)
+        counts = _count_pairs(ids, {})  # get_pair_counts(ids), checked once above
         pair = min(counts, key=lambda p: merges.get(p, float("inf")))  # earliest merge = smallest new id
         if pair not in merges: break  # no learned merge applies any more
         ids = merge(ids, pair, merges[pair])
@@ -291,8 +294,8 @@ def build_vocab(merges: dict[tuple[int, int], int], # (a, b) -> new id, in learn
 
 # %% ../nbs/05a_tokenization.ipynb #e6cf262b
 def _join_bytes(vocab: dict[int, bytes], ids) -> bytes:
-    "The bytes of `ids` (ints, a list or a 1-D tensor) concatenated; `ValueError` for an id not in `vocab`."
-    ids = [int(i) for i in ids]
+    "The bytes of `ids` (ints or a 1-D tensor) joined; `ValueError` for an id not in `vocab`; `token_id_list`'s errors."
+    ids = token_id_list(ids, hint="decode one row, e.g. out[0]")
     try:
         return b"".join(vocab[i] for i in ids)
     except KeyError as e:
@@ -320,10 +323,10 @@ class Tokenizer:
     def vocab_size(self) -> int: return len(self.vocab)  # 256 bytes + merges + special tokens (GPT-2: 50,257)
 
     def decode_bytes(self, ids) -> bytes:
-        "The bytes of `ids` (a list or 1-D tensor of ints), concatenated; `ValueError` for an unknown id."
+        "Bytes of `ids` (ints or a 1-D tensor) joined; `ValueError`: unknown id or 2-D tensor; `TypeError`: a float."
         return _join_bytes(self.vocab, ids)
     def decode(self, ids) -> str:
-        "The text of `ids`: join the tokens' bytes first, then decode UTF-8 (invalid bytes become U+FFFD '�')."
+        "The text of `ids`: their bytes joined, then UTF-8 (bad bytes become U+FFFD '�'); errors as `decode_bytes`."
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
     def _encode_chunk(self, data: bytes) -> list[int]:  # one chunk's bytes -> ids
@@ -429,7 +432,9 @@ def learn_chunk_merges(chunk_counts: Counter, # distinct chunk (a str) -> how ma
                        n_merges: int, # how many merges to learn (fewer if every chunk becomes one token)
                        verbose: bool = False, # print every 100th merge
                       ) -> dict[tuple[int, int], int]: # (a, b) -> new id, in learning order
-    "GPT-2's BPE training within chunks (Radford et al. 2019): `learn_merges` with no merge across a chunk, faster."
+    """GPT-2's BPE training within chunks (Radford et al. 2019): `learn_merges` with no merge across a chunk, faster.
+    Raises `ValueError` for a negative `n_merges`."""
+    check_nonnegative_int("n_merges", n_merges)
     words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]
     weights = list(chunk_counts.values())
     counts, where = pair_index(words, weights)

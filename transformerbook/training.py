@@ -11,7 +11,8 @@ if it is already cached, never training it) and `cached_run(prefix, model_cfg, t
 trains any GPT on TinyShakespeare once and caches it in `cached_run_dir(prefix, model_cfg, train_cfg, key_extra)`, a
 folder named by `model_cache.run_dir` (`model_key(model_cfg)` is the model's part of the key, in the field names the
 cached runs were keyed by; `train_key(train_cfg)` the training part, without the `ADDED_TRAIN_FIELDS` left at their
-defaults). The chapter's other rooms have their own modules, whose names this one
+defaults; `run_finished(ckpt, train_cfg)` says whether a cached run is over, at `max_iters` or out of patience). The
+chapter's other rooms have their own modules, whose names this one
 re-exports: `transformerbook.corpus` (`load_dataset`, `get_batch`, `pack_documents`, `prepare_data`,
 `load_prepared`), `transformerbook.recipes` (`TrainConfig`, `new_run_config`, `fit_warmup`, `baby_gpt_configs`,
 `preset_configs`, `reference_band`, `outside_reference`, `bits_per_byte`) and `transformerbook.checkpoints`
@@ -50,6 +51,7 @@ from .model_cache import run_dir
 from .recipes import DTYPES, TrainConfig, new_run_config, preset_configs
 from .sampling import host_to_device
 from .validation import check_choice, check_ids, check_ids_below, check_nonnegative_int
+from .validation import check_int_in_range, check_positive_int, check_positive_ints
 
 # Re-exported: the chapter's names readers import from `transformerbook.training`, whatever room they live in.
 from .checkpoints import BEST_CHECKPOINT_NAME, CHECKPOINT_FORMAT, CHECKPOINT_VERSION  # noqa: F401
@@ -61,8 +63,8 @@ from .recipes import outside_reference, reference_band  # noqa: F401
 # %% auto #0
 __all__ = ['ADDED_TRAIN_FIELDS', 'cross_entropy_loss', 'lr_at', 'configure_optimizer', 'estimate_loss', 'TrainHistory',
            'TrainingDivergedError', 'batch_slice', 'check_batch_split', 'train_step', 'train', 'resolve_device',
-           'setup_distributed', 'train_key', 'cached_run_dir', 'model_key', 'cached_run', 'shakespeare_model',
-           'cached_shakespeare_model']
+           'setup_distributed', 'train_key', 'cached_run_dir', 'model_key', 'run_finished', 'cached_run',
+           'shakespeare_model', 'cached_shakespeare_model']
 
 # %% ../nbs/08_training.ipynb #0c9d0799
 def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores over the vocabulary
@@ -150,7 +152,9 @@ def estimate_loss(model: nn.Module, # a GPT, or the compiled module that runs it
                  ) -> dict: # name -> mean loss (nats per token)
     """Mean cross-entropy over `eval_iters` random batches of each split, in eval mode (no dropout); restores the mode.
     Each batch's ids are checked on the host (`ValueError` naming one outside the vocabulary); the losses are summed on
-    the device and read once per split, so a GPU is never left waiting batch by batch."""
+    the device and read once per split, so a GPU is never left waiting batch by batch. `ValueError` unless `batch_size`
+    and `eval_iters` are positive ints."""
+    check_positive_ints(batch_size=batch_size, eval_iters=eval_iters)
     base = _base_model(model)
     T, V, device = base.config.context_length, base.config.vocab_size, next(model.parameters()).device
     out = {}
@@ -191,7 +195,10 @@ def batch_slice(batch_size: int, # B, the windows of one optimizer step (all ran
                 world_size: int, # number of data-parallel processes
                 ) -> slice: # the rows of the global (B, T) batch this rank computes
     """Rank `rank`'s contiguous share of a global batch: rows [rank·B/W, (rank+1)·B/W). Raises `ValueError` when the
-    world size does not divide the batch (each rank must see as many windows for the average to be the global mean)."""
+    world size does not divide the batch (each rank must see as many windows for the average to be the global mean),
+    or unless `world_size` is a positive int and `rank` an int in [0, world_size)."""
+    check_positive_int("world_size", world_size)
+    check_int_in_range("rank", rank, 0, world_size, "world_size")
     if batch_size % world_size:
         raise ValueError(f"batch_size={batch_size} is not divisible by the number of processes ({world_size}); "
                          f"choose a batch size that is a multiple of {world_size}")
@@ -199,11 +206,23 @@ def batch_slice(batch_size: int, # B, the windows of one optimizer step (all ran
     return slice(rank * per_rank, (rank + 1) * per_rank)
 
 def check_batch_split(batch_size: int, world_size: int, grad_accum_steps: int) -> None:
-    "`ValueError` unless the batch splits evenly into `world_size` processes x `grad_accum_steps` slices."
+    """`ValueError` unless the batch splits evenly into `world_size` processes x `grad_accum_steps` slices (and unless
+    all three are positive ints)."""
+    check_positive_ints(batch_size=batch_size, world_size=world_size, grad_accum_steps=grad_accum_steps)
     if batch_size % (world_size * grad_accum_steps):
         raise ValueError(f"batch_size={batch_size} is not divisible into {world_size} process(es) x "
                          f"grad_accum_steps={grad_accum_steps} equal slices; choose a multiple of "
                          f"{world_size * grad_accum_steps}")
+
+def _check_step_batch(token_ids: Tensor, targets: Tensor, train_cfg: TrainConfig, world: int) -> None:
+    "`ValueError` unless `train_step`'s rows are this rank's share of the batch, and targets match them (shapes only)."
+    check_batch_split(train_cfg.batch_size, world, train_cfg.grad_accum_steps)
+    rows = train_cfg.batch_size // world
+    if token_ids.ndim != 2 or token_ids.shape[0] != rows:
+        raise ValueError(f"token_ids of shape {tuple(token_ids.shape)} must have batch_size // world = "
+                         f"{train_cfg.batch_size} // {world} = {rows} rows (this process's share of the batch)")
+    if targets.shape != token_ids.shape:
+        raise ValueError(f"targets' shape {tuple(targets.shape)} differs from token_ids' {tuple(token_ids.shape)}")
 
 # %% ../nbs/08_training.ipynb #9ef323a9
 def _run_config(model: GPT, train_cfg: TrainConfig, ckpt_path: Path | None, tokenizer, resume: bool,
@@ -327,9 +346,11 @@ def train_step(model: nn.Module, # the GPT, or the compiled / `DistributedDataPa
               ) -> Tensor: # scalar on the device: the batch's mean loss, before the update
     """One AdamW step on one batch: gradients of the mean cross-entropy (J&M eq. 10.51) accumulated over
     `grad_accum_steps` slices, the global gradient norm clipped to `grad_clip` (0: no clipping). The ids are checked
-    on the host and copied to the device (`ValueError` for one outside the vocabulary). Nothing is read back: a NaN or
-    infinite loss is returned and the update skipped on the device (the `found_inf` flag of a fused AdamW, or of the
-    float16 scaler; an unfused optimizer reads the loss once), so the caller decides when to look."""
+    on the host and copied to the device (`ValueError` for one outside the vocabulary, for a batch the slices cannot
+    divide, for not batch_size // world rows or targets not shaped like them). Nothing is read back: a NaN or infinite
+    loss is returned and the update skipped on the device (the `found_inf` flag of a fused AdamW, or of the float16
+    scaler; an unfused optimizer reads the loss once), so the caller decides when to look."""
+    _check_step_batch(token_ids, targets, train_cfg, world)  # shapes only: no value is read
     device = next(model.parameters()).device
     if scaler is None: scaler = torch.amp.GradScaler(device.type, enabled=False)
     token_ids, targets = _to_device(*_checked_batch(token_ids, targets, _base_model(model).config.vocab_size), device)
@@ -377,10 +398,13 @@ def _evaluate(model: nn.Module, # the GPT, or its compiled module (evaluation ru
         if best: save_checkpoint(best_file(run.ckpt_path), model, None, step, train_cfg, run.tokenizer, run.history)
     return losses
 
+def _patience_spent(val_loss: list, patience: int | None) -> bool:
+    "Whether the last `patience` of these evaluations all failed to lower the validation loss (None: never)."
+    return patience is not None and bool(val_loss) and len(val_loss) - 1 - val_loss.index(min(val_loss)) >= patience
+
 def _out_of_patience(run: _Run) -> bool:
-    "Whether the last `patience` evaluations all failed to lower the validation loss (rank 0 decides for every rank)."
-    val, patience = run.history.val_loss, run.train_cfg.patience
-    stop = [patience is not None and run.rank == 0 and len(val) - 1 - val.index(min(val)) >= patience]
+    "`_patience_spent` for the run's history (rank 0 decides for every rank)."
+    stop = [run.rank == 0 and _patience_spent(run.history.val_loss, run.train_cfg.patience)]
     if run.world > 1: dist.broadcast_object_list(stop, src=0)
     return stop[0]
 
@@ -503,6 +527,11 @@ def model_key(model_cfg: GPTConfig) -> dict:
 _OLD_NAMES = {new: old for old, new in OLD_NORM_NAMES.items()}  # norm_placement was norm, norm_eps layer_norm_eps
 
 # %% ../nbs/08_training.ipynb #df5d21b6
+def run_finished(ckpt: dict, # a `load_checkpoint` result
+                 train_cfg: TrainConfig) -> bool:
+    "Whether the checkpoint's run is over: it reached `max_iters`, or its `patience` ran out (as `train` decides)."
+    return ckpt["step"] >= train_cfg.max_iters or _patience_spent(ckpt["history"]["val_loss"], train_cfg.patience)
+
 def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespeare-char"
                model_cfg: GPTConfig, train_cfg: TrainConfig,
                tokenizer: str, # "char" or "gpt2"
@@ -512,12 +541,13 @@ def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespea
                extra_ids: int = 0, # ids after the tokenizer's, e.g. BERT's [MASK] (chapter 11b); keyed via vocab_size
               ) -> Path: # the finished run's checkpoint file
     """Train `GPT(model_cfg)` on TinyShakespeare once, with its checkpoint under `cache_dir()/models/<prefix>-<hash of
-    the configs, key_extra and the code version>`: a finished run is only located, an interrupted one resumes.
+    the configs, key_extra and the code version>`: a finished run (`run_finished`: at max_iters, or stopped by its
+    `patience`) is only located, an interrupted one resumes.
     The cache every chapter's trained models share (`shakespeare_model`, `scaling.scaling_run`, ...); load the
     result with `load_model`. `ValueError` if model_cfg.vocab_size is not the tokenizer's (+ `extra_ids`)."""
     out_dir = cached_run_dir(prefix, model_cfg, train_cfg, key_extra)
     path = out_dir/CHECKPOINT_NAME
-    if path.is_file() and load_checkpoint(path)["step"] >= train_cfg.max_iters: return path
+    if path.is_file() and run_finished(load_checkpoint(path), train_cfg): return path
     tok, train_ids, val_ids = load_dataset("tinyshakespeare", tokenizer)
     if model_cfg.vocab_size != tok.vocab_size + extra_ids:
         raise ValueError(f"model_cfg.vocab_size={model_cfg.vocab_size} must be the "

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .validation import check_positive_int
+from .validation import check_ids, check_int_in_range, check_positive_int, check_positive_ints, is_int
 
 # %% auto #0
 __all__ = ['words_of', 'skipgram_pairs', 'SkipGram', 'skipgram_softmax_loss', 'noise_distribution', 'draw_negatives',
@@ -28,13 +28,16 @@ __all__ = ['words_of', 'skipgram_pairs', 'SkipGram', 'skipgram_softmax_loss', 'n
 
 # %% ../nbs/05b_word2vec.ipynb #385e040d
 def words_of(text: str) -> list[str]:
-    "Lower-case words (letters and apostrophes) of `text`, in order."
+    "Lower-case words of `text`, in order: runs of ASCII letters a-z and apostrophes (other letters, é, split words)."
     return re.findall(r"[a-z']+", text.lower())
 
 def skipgram_pairs(token_ids: Tensor, # (N,) int64 word ids of a text
                    window: int, # c, the largest skip |j| (eq. 11.3), >= 1
                   ) -> tuple[Tensor, Tensor]: # centers (P,) and contexts (P,) int64, one pair per (t, j)
-    "Every (w_t, w_{t+j}) with 1 <= |j| <= c inside the text: the terms of the double sum of eq. 11.3."
+    """Every (w_t, w_{t+j}) with 1 <= |j| <= c inside the text: the terms of the double sum of eq. 11.3. Raises
+    `TypeError` unless `token_ids` is an integer tensor, `ValueError` unless it is 1-D or for a `window` below 1."""
+    check_ids("token_ids", token_ids)
+    if token_ids.dim() != 1: raise ValueError(f"token_ids must be 1-D (N,), got shape {tuple(token_ids.shape)}")
     check_positive_int("window", window)
     centers, contexts = [], []
     for j in range(1, window + 1):  # pair t with t + j and t + j with t: both signs of j
@@ -44,8 +47,10 @@ def skipgram_pairs(token_ids: Tensor, # (N,) int64 word ids of a text
 
 # %% ../nbs/05b_word2vec.ipynb #97a096ff
 class SkipGram(nn.Module):
-    "Center vectors W (V, d) (6.390 eq. 11.5) and context vectors U (V, d); logits u_o · v_w of eq. 11.4."
+    """Center vectors W (V, d) (6.390 eq. 11.5) and context vectors U (V, d): the logits of eq. 11.4 with a separate
+    context table U (Mikolov et al. 2013), u_o · v_w. Raises `ValueError` unless `vocab_size` and `d` are >= 1."""
     def __init__(self, vocab_size: int, d: int):
+        check_positive_ints(vocab_size=vocab_size, d=d)
         super().__init__()
         self.center = nn.Embedding(vocab_size, d)  # W: row w is v_w
         self.context = nn.Embedding(vocab_size, d)  # U: row o is u_o
@@ -68,14 +73,19 @@ def noise_distribution(counts: Tensor, # (V,) word frequencies
     return (p / p.sum()).float()
 
 def draw_negatives(noise: Tensor, n_pairs: int, K: int, generator: torch.Generator | None = None) -> Tensor:
-    "(n_pairs, K) int64 noise words drawn from `noise` (with replacement)."
+    "(n_pairs, K) int64 noise words drawn from `noise` (with replacement); `ValueError` unless n_pairs, K >= 1."
+    check_positive_ints(n_pairs=n_pairs, K=K)
     return torch.multinomial(noise, n_pairs * K, replacement=True, generator=generator).view(n_pairs, K)
 
 def negative_sampling_loss(model: SkipGram, centers: Tensor, # (P,) int64
                            contexts: Tensor, # (P,) int64, the real context words
                            negatives: Tensor, # (P, K) int64 noise words
                           ) -> Tensor: # scalar: mean over the P pairs of ℓ(w, o)
-    "Negative sampling (Mikolov et al. 2013): -log σ(u_o·v_w) - Σ_k log σ(-u_{n_k}·v_w), mean over pairs."
+    """Negative sampling (Mikolov et al. 2013): -log σ(u_o·v_w) - Σ_k log σ(-u_{n_k}·v_w), mean over pairs. Raises
+    `ValueError` unless centers and contexts are both (P,) and negatives is (P, K)."""
+    if centers.dim() != 1 or contexts.shape != centers.shape or negatives.dim() != 2 or len(negatives) != len(centers):
+        raise ValueError(f"centers and contexts must be (P,) and negatives (P, K), got shapes {tuple(centers.shape)}, "
+                         f"{tuple(contexts.shape)} and {tuple(negatives.shape)}")
     v = model.center(centers)  # (P, d)
     positive = (model.context(contexts) * v).sum(-1)  # (P,) u_o · v_w
     negative = torch.einsum("pkd,pd->pk", model.context(negatives), v)  # (P, K) u_n · v_w
@@ -91,10 +101,17 @@ def drop_speaker_headings(text: str) -> str:
 def most_similar(vectors: Tensor, # (V, d) word vectors, e.g. `SkipGram.center.weight`
                  query: Tensor, # (d,) a vector: a word's, or a sum like v_paris - v_france + v_italy (eq. 11.2)
                  k: int = 5, # how many to return
-                 exclude: tuple[int, ...] = (), # ids to leave out (the query's own words)
+                 exclude: int | tuple[int, ...] = (), # an id or ids to leave out (the query's own words)
                 ) -> tuple[Tensor, Tensor]: # ids (k,) and their cosine similarities (k,), most similar first
-    "The k rows of `vectors` with the largest cosine similarity u·v / (|u||v|) to `query` (6.390 eq. 11.1)."
+    """The k rows of `vectors` with the largest cosine similarity u·v / (|u||v|) to `query` (6.390 eq. 11.1). Raises
+    `ValueError` for a query not of shape (d,), an excluded id outside [0, V), or k outside [1, V - len(exclude)]."""
+    if isinstance(exclude, Tensor): exclude = exclude.tolist()
+    (V, d), exclude = vectors.shape, {exclude} if is_int(exclude) else set(exclude)
+    if query.shape != (d,): raise ValueError(f"query must have shape (d,) = ({d},), got {tuple(query.shape)}")
+    for i in sorted(exclude, key=repr): check_int_in_range("excluded id", i, 0, V, "V")
+    if not is_int(k) or not 1 <= k <= V - len(exclude):
+        raise ValueError(f"k={k!r} must be an int in [1, {V - len(exclude)}]: V={V} words, {len(exclude)} excluded")
     cos = F.cosine_similarity(vectors, query[None], dim=-1)  # (V,)
-    if exclude: cos[list(exclude)] = -2.0  # below any cosine
+    if exclude: cos[sorted(exclude)] = -2.0  # below any cosine
     top = torch.topk(cos, k)
     return top.indices, top.values
