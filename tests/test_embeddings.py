@@ -151,7 +151,7 @@ def test_analogy_on_a_constructed_table():
     assert analogy(E, italy, rome, germany).tolist() == [berlin]
     assert analogy(E, france, paris, italy, k=3).tolist()[0] == rome
     assert not set(analogy(E, france, paris, italy, k=3).tolist()) & {france, paris, italy}
-    with pytest.raises(ValueError, match=r"c=6 is outside \[0, V=6\)"):
+    with pytest.raises(ValueError, match=r"c=6 must be an int in \[0, V=6\)"):
         analogy(E, 0, 1, 6)
     with pytest.raises(ValueError, match="k=4"):
         analogy(E, 0, 1, 2, k=4)

@@ -13,11 +13,12 @@ import torch
 import transformerbook
 from transformerbook import validation as V
 from transformerbook.attention import attention_weights, masked_softmax
-from transformerbook.blocks import LayerNorm
-from transformerbook.embeddings import POSITIONALS, Embeddings, rotary_frequencies
+from transformerbook.blocks import FeedForward, LayerNorm
+from transformerbook.embeddings import POSITIONALS, Embeddings, RotaryEmbedding, cosine_similarity, rotary_frequencies
 from transformerbook.lm_head import gpt2_init
 from transformerbook.masking import causal_mask, combine_masks, make_padding_mask
 from transformerbook.multihead import MultiHeadAttention
+from transformerbook.training import resolve_device
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -344,7 +345,19 @@ def test_a_masked_key_gets_no_weight_even_when_an_allowed_score_overflows():
     (lambda: combine_masks(torch.ones(2, 3, 3, dtype=torch.bool), make_padding_mask([2, 3], 3)), "(T, S)"),
     (lambda: LayerNorm(8, eps="1e-5"), "eps="),
     (lambda: gpt2_init(torch.nn.Linear(2, 2), 0), "n_layers=0"),
-], ids=["d_head", "rope theta", "rope scaling keys", "3-D causal", "string eps", "gpt2_init n_layers"])
+    (lambda: MultiHeadAttention(8, 2, rotary=RotaryEmbedding(8, 16))(torch.randn(2, 3, 8)), "does not fit"),
+    (lambda: MultiHeadAttention(8, 2, rotary=RotaryEmbedding(4, 2))(torch.randn(2, 3, 8)), "does not fit 3 positions"),
+    (lambda: FeedForward(8, 32)(torch.ones(2, 7)), "d_model=8"),
+    (lambda: cosine_similarity(torch.randn(2, 3), torch.randn(3, 3)), "do not broadcast"),
+    (lambda: resolve_device("cuda:x"), "must be a GPU number"),
+], ids=["d_head", "rope theta", "rope scaling keys", "3-D causal", "string eps", "gpt2_init n_layers",
+        "rotary width", "rotary length", "ffn width", "cosine shapes", "device index"])
 def test_core_layers_name_the_bad_argument(make, text):
     with pytest.raises(ValueError, match=re.escape(text)):
         make()
+
+
+def test_cosine_similarity_and_resolve_device_name_the_type():
+    with pytest.raises(TypeError, match="u must be a float tensor"):
+        cosine_similarity(torch.tensor([1, 2, 3]), torch.tensor([1.0, 2.0, 3.0]))
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")

@@ -23,8 +23,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .validation import (check_choice, check_ids, check_ids_below, check_positive_even_int,
-                                        check_positive_int, check_positive_ints, check_positive_number)
+from .validation import (check_choice, check_ids, check_ids_below, check_int_in_range,
+                                        check_positive_even_int, check_positive_int, check_positive_ints,
+                                        check_positive_number)
 
 # %% auto #0
 __all__ = ['POSITIONALS', 'sinusoidal_positional_encoding', 'Embeddings', 'position_rotation_matrix', 'rotary_frequencies',
@@ -209,9 +210,14 @@ def cosine_similarity(u: Tensor, # (..., D)
                       v: Tensor, # (..., D), broadcastable with u
                       eps: float = 1e-8, # guards against a zero-length vector
                      ) -> Tensor: # (...,) in [-1, 1]
-    "Cosine similarity uᵀv / (|u| |v|) over the last axis (6.390 eq. 11.1). Raises `ValueError` naming the shapes."
-    if u.shape[-1] != v.shape[-1]:
-        raise ValueError(f"u and v must have the same last dimension, got shapes {tuple(u.shape)} and {tuple(v.shape)}")
+    """Cosine similarity uᵀv / (|u| |v|) over the last axis (6.390 eq. 11.1). Raises `TypeError` unless u and v are
+    float tensors, `ValueError` naming the shapes if they do not broadcast."""
+    for name, t in (("u", u), ("v", v)):
+        if not isinstance(t, Tensor) or not t.is_floating_point():
+            raise TypeError(f"{name} must be a float tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    try: torch.broadcast_shapes(u.shape, v.shape)
+    except RuntimeError:
+        raise ValueError(f"u and v do not broadcast: shapes {tuple(u.shape)} and {tuple(v.shape)}") from None
     return (u * v).sum(-1) / (u.norm(dim=-1) * v.norm(dim=-1)).clamp_min(eps)
 
 # %% ../nbs/05_embeddings.ipynb #47bbadbd
@@ -224,9 +230,8 @@ def analogy(E: Tensor, # (V, D) embedding table
     """Solve "a is to b as c is to ?" (6.390 eq. 11.2): the ids whose rows of E are closest in cosine similarity to
     E[b] - E[a] + E[c], excluding a, b and c. Raises `ValueError` for ids outside [0, V) or k out of range."""
     V = E.shape[0]
-    for name, i in (("a", a), ("b", b), ("c", c)):
-        if not 0 <= i < V: raise ValueError(f"{name}={i} is outside [0, V={V})")
-    if not 1 <= k <= V - 3: raise ValueError(f"k={k} must be in [1, V-3={V - 3}]")
+    for name, i in (("a", a), ("b", b), ("c", c)): check_int_in_range(name, i, 0, V, "V")
+    check_int_in_range("k", k, 1, V - 2, "V - 2")
     target = E[b] - E[a] + E[c]  # (D,)
     sims = cosine_similarity(E, target[None, :])  # (V, D) vs (1, D) -> (V,)
     sims[[a, b, c]] = -float("inf")  # the inputs themselves are not answers

@@ -132,6 +132,9 @@ def _call_context(mha: MultiHeadAttention, x, mask, layer_cache, context) -> Att
     if mask is None and mha.rotary is None: return AttentionContext()  # the cache needs only `update` then
     T, S = x.shape[1], x.shape[1] + (len(layer_cache) if layer_cache is not None else 0)
     if mask is not None: check_mask(mask, torch.Size((x.shape[0], mha.n_heads, T, S)))
+    if mha.rotary is not None and (mha.rotary.cos.shape[-1] != mha.d_head or S > mha.rotary.context_length):
+        raise ValueError(f"the rotary table, ({mha.rotary.context_length}, {mha.rotary.cos.shape[-1]}), does not fit "
+                         f"{S} positions of d_head={mha.d_head}")
     rotation = None if mha.rotary is None else mha.rotary.cos_sin(torch.arange(S - T, S, device=x.device))
     return AttentionContext(mask, False, rotation)
 

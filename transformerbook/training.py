@@ -476,12 +476,16 @@ def resolve_device(name: str = "auto", # "auto", "cpu", "cuda", "cuda:1", "mps"
                   ) -> torch.device:
     """The device to train on; "auto" picks CUDA, then Apple's MPS, then the CPU. Raises `ValueError` for a device
     this machine does not have (naming it) or an unknown name."""
+    name = str(name)  # a torch.device too
     if name == "auto":
         if torch.cuda.is_available(): return torch.device("cuda")
         return torch.device("mps" if torch.backends.mps.is_available() else "cpu")
-    kind = name.split(":")[0]
+    kind, _, index = name.partition(":")
     if kind not in ("cpu", "cuda", "mps"): raise ValueError(f"device={name!r} must be auto, cpu, cuda or mps")
+    if index and not index.isdigit(): raise ValueError(f"device={name!r}: what follows ':' must be a GPU number")
     if kind == "cuda" and not torch.cuda.is_available(): raise ValueError(f"device={name!r}: no CUDA GPU is available")
+    if kind == "cuda" and index and int(index) >= torch.cuda.device_count():
+        raise ValueError(f"device={name!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     if kind == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device={name!r}: Apple's MPS backend is not available")
     return torch.device(name)
