@@ -151,7 +151,7 @@ class FeedForward(nn.Module):
                ) -> Tensor: # (..., D)
         "(B, T, D) -> (B, T, F) -> (B, T, D), per position; `TypeError`/`ValueError` for x's dtype or last dimension."
         check_input_dtype(x, self.fc.weight)
-        if x.shape[-1] != self.fc.in_features: raise ValueError(f"x {tuple(x.shape)}: d_model={self.fc.in_features}")
+        if x.shape[-1] != (D := self.fc.weight.shape[1]): raise ValueError(f"x {tuple(x.shape)}: d_model={D}")
         return self.dropout(self.proj(ACTIVATIONS[self.activation](self.fc(x))))
 
 # %% ../nbs/04_blocks.ipynb #52ebd004
@@ -175,7 +175,7 @@ class SwiGLUFeedForward(nn.Module):
                ) -> Tensor: # (..., D)
         "(..., D) -> (..., F) -> (..., D), per position; `TypeError`/`ValueError` for x's dtype or last dimension."
         check_input_dtype(x, self.w1.weight)
-        if x.shape[-1] != self.w1.in_features: raise ValueError(f"x {tuple(x.shape)}: d_model={self.w1.in_features}")
+        if x.shape[-1] != (D := self.w1.weight.shape[1]): raise ValueError(f"x {tuple(x.shape)}: d_model={D}")
         return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))  # (..., F) ⊙ (..., F) -> (..., D)
 
 # %% ../nbs/04_blocks.ipynb #e032a06e
