@@ -21,7 +21,6 @@ Docs: https://transformerbook.github.io/transformerbook/sampling.html.md"""
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Sequence
 
 import torch
@@ -32,7 +31,7 @@ from .lm_head import eval_mode
 from .masking import make_padding_mask
 from .validation import (check_ids, check_ids_below, check_in_interval, check_int_in_range,
                                         check_nonnegative_int, check_positive_int, check_positive_ints,
-                                        check_positive_number)
+                                        check_positive_number, is_integer_dtype, token_id_list)
 from .kv_cache import KVCache, LayerKVCache, kv_cache_bytes  # noqa: F401  (re-exported)
 
 
@@ -101,21 +100,6 @@ def _divide(logits: Tensor, temperature: float) -> Tensor:
 def _check_top_k(k) -> None: check_positive_int("top_k", k, "k = 1 is greedy decoding")
 
 def _check_top_p(p) -> None: check_in_interval("top_p", p, "(0, 1]", "1 keeps every token")
-
-def _is_integer_dtype(dtype: torch.dtype) -> bool:
-    "Any integer dtype, uint16 (what `corpus.load_prepared` writes) and int8 included; not float, complex or bool."
-    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
-
-def _int_ids(row) -> list[int]:
-    "One prompt's ids as Python ints; `TypeError` naming the first that is not an integer (int() would truncate 1.5)."
-    if isinstance(row, Tensor):
-        if not _is_integer_dtype(row.dtype): raise TypeError(f"token_ids must be integer ids, got dtype {row.dtype}")
-        return [int(i) for i in row.tolist()]
-    for i in row:
-        if isinstance(i, bool) or not (isinstance(i, numbers.Integral) or
-                                       isinstance(i, Tensor) and i.dim() == 0 and _is_integer_dtype(i.dtype)):
-            raise TypeError(f"token_ids must be integer ids, got {i!r} ({type(i).__name__})")
-    return [int(i) for i in row]
 
 # %% ../nbs/07_sampling.ipynb #1597ffda
 def apply_temperature(logits: Tensor, # (..., V) float
@@ -197,7 +181,7 @@ def _as_left_padded(token_ids, # list of ids, list of lists, (T,) or (B, T) inte
                    ) -> tuple[Tensor, Tensor]: # ids (B, P) int64 and mask (B, P) bool, P = longest prompt
     "Validate the prompts and return them left-padded, trimmed to the longest prompt."
     if isinstance(token_ids, Tensor):
-        if not _is_integer_dtype(token_ids.dtype):  # any: uint16 is what corpus.load_prepared writes
+        if not is_integer_dtype(token_ids.dtype):  # any: uint16 is what corpus.load_prepared writes
             raise TypeError(f"token_ids must be an integer tensor, got dtype {token_ids.dtype}")
         ids = token_ids[None] if token_ids.dim() == 1 else token_ids
         if ids.dim() != 2:
@@ -212,7 +196,7 @@ def _as_left_padded(token_ids, # list of ids, list of lists, (T,) or (B, T) inte
         rows = list(token_ids)
         if not rows or not isinstance(rows[0], (list, tuple, Tensor)) or getattr(rows[0], "ndim", 1) == 0:
             rows = [rows]  # one prompt (of ints, or of 0-d tensors)
-        rows = [_int_ids(r) for r in rows]
+        rows = [token_id_list(r, name="token_ids", hint="one prompt per row") for r in rows]
         P = max(len(r) for r in rows)
         ids = torch.tensor([[pad_token_id] * (P - len(r)) + r for r in rows], dtype=torch.long, device=device)
         mask = torch.tensor([[False] * (P - len(r)) + [True] * len(r) for r in rows], device=device).reshape(ids.shape)
@@ -460,7 +444,8 @@ def perplexity(model: nn.Module, # a `GPT`
     are not one 1-D sequence, an id is outside [0, vocab_size), or prompt_length is not in [1, T)."""
     if not isinstance(token_ids, Tensor):
         token_ids = torch.as_tensor(token_ids) if len(token_ids) else torch.zeros(0, dtype=torch.long)
-    check_ids("token_ids", token_ids.long() if _is_integer_dtype(token_ids.dtype) else token_ids)  # uint16 too
+    if is_integer_dtype(token_ids.dtype): token_ids = token_ids.long()  # uint16 from corpus.load_prepared too
+    check_ids("token_ids", token_ids)
     if token_ids.dim() != 1:
         raise ValueError(f"token_ids must be one sequence of shape (T,), got shape {tuple(token_ids.shape)}; "
                          "score a batch one row at a time")

@@ -8,7 +8,8 @@ value:
 `check_positive_int` (and `check_positive_ints` for several), `check_nonnegative_int`,
 `check_positive_even_int`, `check_int_in_range`, `check_positive_number` and `check_in_interval` for numbers (`is_int`
 and `is_number` refuse bools), `check_choice` for one of a named set of choices (such as `embeddings.POSITIONALS`),
-`check_instance` for a type, `check_ids` and `check_ids_below` for integer token ids (and `token_id_list` for ids looped over on the host), `check_input_dtype` for a layer's input, `check_bool_mask` and
+`check_instance` for a type, `check_ids` and `check_ids_below` for integer token ids (and `token_id_list` for ids looped over on the host, `is_integer_dtype` for a tensor of ids of any integer
+dtype), `check_input_dtype` for a layer's input, `check_bool_mask` and
 `check_mask` for bool masks (True = may attend), and `check_attention_inputs` for the q, k, v and mask of attention.
 `renamed_keywords` and `renamed_attribute` keep an old name working after a rename, with a `DeprecationWarning`
 (`warn_renamed`) that is issued once per old name.
@@ -32,8 +33,8 @@ from torch import Tensor
 # %% auto #0
 __all__ = ['is_int', 'is_number', 'check_positive_int', 'check_nonnegative_int', 'check_positive_ints', 'check_positive_even_int',
            'check_int_in_range', 'check_positive_number', 'check_in_interval', 'check_choice', 'check_instance',
-           'check_ids', 'check_ids_below', 'token_id_list', 'check_bool_mask', 'check_input_dtype', 'check_mask',
-           'check_attention_inputs', 'warn_renamed', 'renamed_keywords', 'renamed_attribute']
+           'check_ids', 'check_ids_below', 'is_integer_dtype', 'token_id_list', 'check_bool_mask', 'check_input_dtype',
+           'check_mask', 'check_attention_inputs', 'warn_renamed', 'renamed_keywords', 'renamed_attribute']
 
 # %% ../nbs/00_notation.ipynb #66aa5b62
 def is_int(value) -> bool:
@@ -135,25 +136,31 @@ def check_ids_below(ids: Tensor, # integer ids
         raise ValueError(f"{what} {int(bad[0])} is outside [0, {bound}={high})" + (f": {hint}" if hint else ""))
 
 # %% ../nbs/00_notation.ipynb #7c2e9d41
+def is_integer_dtype(dtype: torch.dtype) -> bool:
+    "Any integer dtype (int64, int32, uint16 as `corpus.load_prepared` writes, ...), but not float, complex or bool."
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
 def token_id_list(ids, # ints, or a 1-D integer tensor
                   vocab_size: int | None = None, # if given, every id must be in [0, vocab_size)
                   name: str = "ids", # how messages name `ids`
                   hint: str = "pass one row, e.g. ids[0]", # appended to the message for a tensor that is not 1-D
                  ) -> list[int]:
     """`ids` as a list of Python ints, for code that loops over ids on the host (tokenizers, chat rendering). Raises
-    `ValueError` for a tensor that is not 1-D or an id outside [0, vocab_size), `TypeError` for a float tensor or
-    naming the first element that is not an int (a float, a str, a bool)."""
+    `ValueError` for a tensor that is not 1-D or an id outside [0, vocab_size), `TypeError` for a tensor whose dtype
+    is not an integer one (`is_integer_dtype`) or naming the first element that is not an int (a float, a str, a
+    bool)."""
     if not (type(ids) is list and all(type(i) is int for i in ids)):  # the common case is checked cheaply
         if isinstance(ids, Tensor):
             if ids.dim() != 1: raise ValueError(f"{name} must be 1-D, got shape {_shape(ids)}: {hint}")
-            if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            if not is_integer_dtype(ids.dtype):
                 raise TypeError(f"{name} must be integer token ids, got a tensor of dtype {ids.dtype}")
             ids = ids.tolist()
         elif not isinstance(ids, Iterable): raise TypeError(f"{name} must be a list of ints, got {type(ids).__name__}")
         else:
             ids = list(ids)
-            for k, i in enumerate(ids):
-                if not isinstance(i, numbers.Integral) or isinstance(i, bool):
+            for k, i in enumerate(ids):  # ints, numpy ints, or 0-d integer tensors
+                if isinstance(i, bool) or not (isinstance(i, numbers.Integral) or isinstance(i, Tensor)
+                                               and i.dim() == 0 and is_integer_dtype(i.dtype)):
                     raise TypeError(f"{name} must be integer token ids, got {i!r} ({type(i).__name__}) at position {k}")
             ids = [int(i) for i in ids]
     if vocab_size is not None and (bad := [i for i in ids if not 0 <= i < vocab_size]):
