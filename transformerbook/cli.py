@@ -3,10 +3,10 @@ bar and checkpoints, on one device or many processes, resume it, and generate te
 
 **In the package** (`transformerbook.cli`): `main(argv)` runs `transformerbook train`, `sample`, `prepare`, `doctor`
 or a later chapter's command and returns the exit status (0 on success, 2 for a usage or input error, 1 when training
-diverged or a process of a distributed job stopped, 130 when interrupted), printing any error as one line; `build_parser()` is its argparse
-parser, whose `--help` documents every option;
-`model_card(path, data)` and `write_model_card(path, data)` describe a checkpoint in Markdown (`MODEL_CARD_NAME`). `python -m transformerbook` is the same command, which is how
-`torchrun` launches it.
+diverged or a process of a distributed job stopped, 130 when interrupted), printing any error as one line;
+`build_parser()` is its argparse parser, whose `--help` documents every option; `model_card(path, data)` and
+`write_model_card(path, data)` describe a checkpoint in Markdown (`MODEL_CARD_NAME`). `python -m transformerbook` is
+the same command, which is how `torchrun` launches it.
 
 Docs: https://transformerbook.github.io/transformerbook/cli.html.md"""
 

@@ -3,15 +3,15 @@ models as task solvers (J&M 10.7–10.8).
 
 **In the package** (`transformerbook.sampling`): `generate(model, token_ids, max_new_tokens, temperature, top_k,
 top_p)` decodes a batch with a KV cache (temperature 0 is greedy): `KVCache` holds one `LayerKVCache` per layer, the
-keys and values of every position so far in buffers reserved up front when `max_length` is given (and doubled when outgrown), (B, n_kv_heads, S, d_head) views of which each
-step extends. Its pieces work on (..., V) logits: `apply_temperature`, `top_k_filter` and `top_p_filter`, chained by
-`warp_logits`, then `sample_from_logits` draws one token per row (`host_to_device` takes its random numbers to a
-GPU without waiting for it). `beam_search(model, token_ids, max_new_tokens,
-num_beams, length_penalty)` keeps the $K$ best prefixes of one prompt (as Hugging Face's `num_beams`).
-`kv_cache_bytes` gives a cache's memory, `token_log_probs` reads the chain rule's terms from logits,
-`score_continuations` (on `encode_continuations`'s ids) and `perplexity` turn
-the model into a scorer (in nats), `repeated_ngram_fraction` detects a generation stuck in a loop, and `self_bleu`
-measures how much several generations repeat one another.
+keys and values of every position so far in buffers reserved up front when `max_length` is given (and doubled when
+outgrown), (B, n_kv_heads, S, d_head) views of which each step extends. Its pieces work on (..., V) logits:
+`apply_temperature`, `top_k_filter` and `top_p_filter`, chained by `warp_logits`, then `sample_from_logits` draws one
+token per row (`host_to_device` takes its random numbers to a GPU without waiting for it). `beam_search(model,
+token_ids, max_new_tokens, num_beams, length_penalty)` keeps the $K$ best prefixes of one prompt (as Hugging Face's
+`num_beams`). `kv_cache_bytes` gives a cache's memory, `token_log_probs` reads the chain rule's terms from logits,
+`score_continuations` (on `encode_continuations`'s ids) and `perplexity` turn the model into a scorer (in nats),
+`repeated_ngram_fraction` detects a generation stuck in a loop, and `self_bleu` measures how much several generations
+repeat one another.
 
 Docs: https://transformerbook.github.io/transformerbook/sampling.html.md"""
 

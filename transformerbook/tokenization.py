@@ -1,18 +1,18 @@
 """From words and characters to byte-pair encoding: how text becomes token ids (notes 19.2.1; CS182 tokenization).
 
-**In the package** (`transformerbook.tokenization`): every tokenizer meets `TokenizerProtocol`: `encode(text)` (a
-list of ids), `decode(ids)`, `encode_iterable(chunks)` (the ids of a text given in pieces, such as an open file,
-yielded lazily; memory is bounded by the piece for the character, GPT-2 and pre-tokenized BPE tokenizers on
-ordinary text, while `BasicBPETokenizer` joins the pieces first), `train(text, vocab_size)` (learns the vocabulary in place and
+**In the package** (`transformerbook.tokenization`): every tokenizer meets `TokenizerProtocol`: `encode(text)` (a list
+of ids), `decode(ids)`, `encode_iterable(chunks)` (the ids of a text given in pieces, such as an open file, yielded
+lazily; memory is bounded by the piece for the character, GPT-2 and pre-tokenized BPE tokenizers on ordinary text,
+while `BasicBPETokenizer` joins the pieces first), `train(text, vocab_size)` (learns the vocabulary in place and
 returns the tokenizer), `vocab_size` and `to_dict()`. `CharTokenizer` numbers characters; `TiktokenGPT2` is the
 reference, tiktoken's GPT-2 encoding (its vocabulary is fixed: it cannot be trained; `GPT2Tokenizer` is its old,
-deprecated name); `BPETokenizer` is byte-level BPE written from scratch on the `Tokenizer` base class (minbpe's
-name for it): `train(text, vocab_size)` learns merges with
-`get_pair_counts`, `most_frequent_pair` and `merge` (`learn_merges` is the plain loop; `learn_chunk_merges` the fast
-one within pre-tokenizer chunks, via `pair_index` and `merge_in_words`), `apply_merges` replays them to encode,
-`build_vocab` gives every token's bytes, and `BPETokenizer.from_gpt2()` loads GPT-2's own merges (read with
-`bytes_to_unicode`) and encodes exactly as tiktoken does. `BasicBPETokenizer` is the same algorithm without the
-regex pre-split. `tokenizer_from_dict` rebuilds any of them from a checkpoint.
+deprecated name); `BPETokenizer` is byte-level BPE written from scratch on the `Tokenizer` base class (minbpe's name
+for it): `train(text, vocab_size)` learns merges with `get_pair_counts`, `most_frequent_pair` and `merge`
+(`learn_merges` is the plain loop; `learn_chunk_merges` the fast one within pre-tokenizer chunks, via `pair_index` and
+`merge_in_words`), `apply_merges` replays them to encode, `build_vocab` gives every token's bytes, and
+`BPETokenizer.from_gpt2()` loads GPT-2's own merges (read with `bytes_to_unicode`) and encodes exactly as tiktoken
+does. `BasicBPETokenizer` is the same algorithm without the regex pre-split. `tokenizer_from_dict` rebuilds any of
+them from a checkpoint.
 
 Docs: https://transformerbook.github.io/transformerbook/tokenization.html.md"""
 

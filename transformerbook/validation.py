@@ -1,18 +1,17 @@
 """The symbols, shape letters, tensor names and mask convention used throughout the book, how they map onto the
 textbooks' and the libraries' names, and the checks every module runs on its arguments.
 
-**In the package** (`transformerbook.validation`): the checks that every module calls on its arguments. The number
-and choice checks raise `ValueError` for anything outside their rule, a wrong type included; the tensor checks raise
+**In the package** (`transformerbook.validation`): the checks that every module calls on its arguments. The number and
+choice checks raise `ValueError` for anything outside their rule, a wrong type included; the tensor checks raise
 `TypeError` for a wrong type or dtype and `ValueError` for a wrong shape. Each message names the offending argument or
-value:
-`check_positive_int` (and `check_positive_ints` for several), `check_nonnegative_int`,
+value: `check_positive_int` (and `check_positive_ints` for several), `check_nonnegative_int`,
 `check_positive_even_int`, `check_int_in_range`, `check_positive_number` and `check_in_interval` for numbers (`is_int`
 and `is_number` refuse bools), `check_choice` for one of a named set of choices (such as `embeddings.POSITIONALS`),
-`check_instance` for a type, `check_ids` and `check_ids_below` for integer token ids (and `token_id_list` for ids looped over on the host, `is_integer_dtype` for a tensor of ids of any integer
-dtype), `check_input_dtype` for a layer's input, `check_bool_mask` and
-`check_mask` for bool masks (True = may attend), and `check_attention_inputs` for the q, k, v and mask of attention.
-`renamed_keywords` and `renamed_attribute` keep an old name working after a rename, with a `DeprecationWarning`
-(`warn_renamed`) that is issued once per old name.
+`check_instance` for a type, `check_ids` and `check_ids_below` for integer token ids (and `token_id_list` for ids
+looped over on the host, `is_integer_dtype` for a tensor of ids of any integer dtype), `check_input_dtype` for a
+layer's input, `check_bool_mask` and `check_mask` for bool masks (True = may attend), and `check_attention_inputs` for
+the q, k, v and mask of attention. `renamed_keywords` and `renamed_attribute` keep an old name working after a rename,
+with a `DeprecationWarning` (`warn_renamed`) that is issued once per old name.
 
 Docs: https://transformerbook.github.io/transformerbook/notation.html.md"""
 
