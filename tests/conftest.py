@@ -77,10 +77,11 @@ def make_sample_chapter():
 SHARED_GROUPS = {"test_site": "site", "test_explorers": "site"}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Give every test the xdist group of its module (the site's for the site and explorer tests). xdist hands the
-    groups out largest first (by number of tests); keeping the site group first instead (`--no-loadscope-reorder`)
-    was slower on two cores (pytest 507 s against 454-464 s, 2026-11-27)."""
+    """Give every test the xdist group of its module (the site's for the site and explorer tests). It must run before
+    xdist's own hook, which reads the marks into the node ids (after it, the groups were silently ignored); pytest 9.2
+    broke that reading too, hence `pytest<9.2` (pyproject.toml). `test_environment` checks that the groups hold."""
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1]
         item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(module, module)))

@@ -344,7 +344,10 @@ def test_max_logit_slice_reproduces_the_committed_curve():
     torch.set_num_threads(1)
     data = exp.load_dataset("tinyshakespeare", "char")
     again = exp.max_logit_run(False, saved["seeds"][0], 30, res["logit_lr"], data)
-    assert again == pytest.approx(res["max_logit"]["plain"][:4], rel=1e-5)
+    # At this learning rate float rounding grows: the committed run's machine and a 2-core AVX2 AMD EPYC agree at
+    # step 0 and differ by up to 5.2e-4 (relative) at steps 10-30 (2026-11-27): the tolerance is about ten times that.
+    assert again[0] == pytest.approx(res["max_logit"]["plain"][0], rel=1e-6)
+    assert again == pytest.approx(res["max_logit"]["plain"][:4], rel=5e-3)
     assert again[-1] > 100 * again[0]  # the growth chapter 12 shows has begun
 
 
