@@ -69,7 +69,7 @@ serve:
 
 test: env lint browser
 	OMP_NUM_THREADS=$(NB_THREADS) $(VENV)/bin/nbdev-test --n-workers $(WORKERS) --timing
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --junitxml=reports/test-lock.xml
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --no-loadscope-reorder --junitxml=reports/test-lock.xml
 
 # ruff on the notebooks and every .py file, with the rules of [tool.ruff] in pyproject.toml (see CONTRIBUTING.md)
 lint: env

@@ -291,7 +291,7 @@ def test_an_out_under_or_at_a_file_is_a_one_line_error(tmp_path, corpus):
     status, _, err = run("prepare", "--data", corpus, "--out", corpus, "--no-progress")
     assert status == 2 and "is a file" in err and err.count("\n") == 1 and "Traceback" not in err, err
     status, _, err = run("train", "--data", corpus, "--out", corpus/"run", "--max-iters", 2, *TINY)
-    assert status == 2 and err.splitlines()[-1].startswith("error: ") and "Not a directory" in err, err
+    assert status == 2 and f"{corpus} is a file" in err and err.count("\n") == 1, err  # before any training
     assert "Traceback" not in err
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -118,26 +119,29 @@ def test_torch_options_use_a_local_wheel_else_pytorchs_cpu_index(tmp_path, monke
     assert torch_index.torch_options(lock, "darwin") == []  # PyPI's torch is the lock's there
 
 
-def test_make_test_keeps_each_xdist_group_in_one_process(tmp_path):
-    """`make test`'s `pytest -n 2 --dist loadgroup` with this repository's grouping hook (tests/conftest.py): every
-    test of a module runs in one process, and the site and explorer tests share one, so the site is built and visited
-    once. It failed silently twice: with the hook running after xdist's, and with pytest 9.2 (pytest-xdist#1386)."""
+def test_make_test_keeps_each_module_in_one_process_and_starts_the_longest_first(tmp_path):
+    """`make test`'s pytest options with this repository's grouping hook (tests/conftest.py): every test of a module
+    runs in one process, and the two longest modules (`LONGEST_FIRST`) start at once, one in each process. The groups
+    failed silently twice: with the hook running after xdist's, and with pytest 9.2 (pytest-xdist#1386)."""
+    options = re.search(r"-m pytest -q (.*) --junitxml", (ROOT / "Makefile").read_text()).group(1)
+    assert options == "-n $(WORKERS) --dist loadgroup --no-loadscope-reorder", options
     (tmp_path / "conftest.py").write_text(
         "import importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('book_conftest', {str(ROOT / 'tests' / 'conftest.py')!r})\n"
         "book = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(book)\n"
         "pytest_collection_modifyitems = book.pytest_collection_modifyitems\n")
-    for module in ("test_site", "test_explorers", "test_a", "test_b"):
+    for module in ("test_a", "test_b", "test_explorers", "test_site"):  # collected in this order
         (tmp_path / f"{module}.py").write_text(
-            "import os, time, pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_x(i, tmp_path_factory):\n"
+            "import os, time, pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_x(i):\n"
             "    time.sleep(0.05)\n"
             f"    with open({str(tmp_path / 'ran.txt')!r}, 'a') as f: "
             f"f.write('{module} ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p",
-                           "no:cacheprovider", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *options.replace("$(WORKERS)", "2").split(), str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     ran = [line.split() for line in (tmp_path / "ran.txt").read_text().splitlines()]
     workers = {module: {w for m, w in ran if m == module} for module, _ in ran}
     assert len(ran) == 24 and all(len(w) == 1 for w in workers.values()), workers
-    assert workers["test_site"] == workers["test_explorers"], workers
-    assert len({w for _, w in ran}) == 2, "both processes got work"
+    assert {m for m, _ in ran[:2]} == {"test_site", "test_explorers"}, ran[:4]  # both long ones first, side by side
+    assert workers["test_site"] != workers["test_explorers"], workers

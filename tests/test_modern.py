@@ -108,7 +108,7 @@ def test_rotary_equals_hugging_face(theta, scaling):
 
 def test_rotary_errors_name_the_values():
     with pytest.raises(ValueError, match="d_head=7 must be a positive even int"): RotaryEmbedding(7, 8)
-    with pytest.raises(ValueError, match="position 8 is beyond the rotary table's context_length=8"):
+    with pytest.raises(ValueError, match=r"position 8 is outside \[0, context_length=8\)"):
         RotaryEmbedding(4, 8)(torch.randn(1, 1, 2, 4), torch.randn(1, 1, 2, 4), torch.tensor([7, 8]))
     with pytest.raises(ValueError, match="only rope_type='llama3'"):
         rotary_frequencies(8, scaling={"rope_type": "yarn"})

@@ -266,10 +266,13 @@ def _train_configs(args) -> tuple:
 
 # %% ../nbs/08a_cli.ipynb #18ec9783
 def _check_out(args) -> Path:
-    "The checkpoint path DIR/ckpt.pt of `--out DIR`; `ValueError` if DIR is a file or the run would clash with it."
+    """The checkpoint path DIR/ckpt.pt of `--out DIR`; `ValueError` if DIR, or the nearest part of it that exists, is a
+    file (found now, not at the first checkpoint), or the run would clash with it."""
     out = Path(args.out)
     ckpt_path = out/CHECKPOINT_NAME  # where `train` reads and writes the checkpoint
-    if out.exists() and not out.is_dir(): raise ValueError(f"--out {out} is a file; give a folder for the checkpoint")
+    found = next((p for p in (out, *out.parents) if p.exists()), out)  # the folder that will hold the new ones
+    if found.exists() and not found.is_dir():
+        raise ValueError(f"--out {out}: {found} is a file; give a folder for the checkpoint")
     if args.resume and args.force: raise ValueError("--resume and --force contradict each other: choose one")
     if not args.resume and ckpt_path.exists() and not args.force:
         raise ValueError(f"{ckpt_path} already exists: continue it with --resume, or overwrite it with --force")

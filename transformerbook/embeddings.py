@@ -185,11 +185,12 @@ class RotaryEmbedding(nn.Module):
                 k: Tensor, # (B, KV, T, Dh)
                 position_ids: Tensor, # (T,) or (B, T) int64 in [0, context_length)
                ) -> tuple[Tensor, Tensor]: # rotated q and k, same shapes and dtypes
-        "Rotate q and k by the angles of `position_ids` (Su et al. 2021 eq. 34); `ValueError` past the table's end."
-        if position_ids.numel() and position_ids.min() < 0: raise ValueError(f"position {position_ids.min()} is < 0")
-        if position_ids.numel() and position_ids.max() >= self.context_length:
-            raise ValueError(f"position {position_ids.max().item()} is beyond the rotary table's "
-                             f"context_length={self.context_length}: crop the sequence or build a longer table")
+        """Rotate q and k by the angles of `position_ids` (Su et al. 2021 eq. 34). `TypeError` unless the ids are an
+        integer tensor; `ValueError` unless their shape is (T,) or (B, T) of q's and all are in [0, context_length)."""
+        check_ids("position_ids", position_ids)
+        if position_ids.shape not in ((q.shape[-2],), (q.shape[0], q.shape[-2]), (1, q.shape[-2])):
+            raise ValueError(f"position_ids {tuple(position_ids.shape)} is not (T,) or (B, T) of q {tuple(q.shape)}")
+        check_ids_below(position_ids, "context_length", self.context_length, "position", "crop or build a longer table")
         return self.rotate(q, k, self.cos_sin(position_ids))
     def rotate(self, q: Tensor, k: Tensor, # as in `forward`
                rotation: tuple[Tensor, Tensor], # (cos, sin) from `cos_sin`, looked up once for all layers
@@ -197,7 +198,6 @@ class RotaryEmbedding(nn.Module):
         "q and k turned by angles already looked up (Su et al. 2021 eq. 34): an attention layer's step, unchecked."
         cos, sin = rotation
         return apply_rotary(q, cos.to(q.dtype), sin.to(q.dtype)), apply_rotary(k, cos.to(k.dtype), sin.to(k.dtype))
-
     def cos_sin(self, position_ids: Tensor, # (T,) or (B, T) int64 in [0, context_length), not checked here
                ) -> tuple[Tensor, Tensor]: # float32 cos and sin, (T, Dh) or (B, 1, T, Dh): the same for every head
         "The table rows of `position_ids`; a model looks them up once per call and rotates every layer with them."

@@ -126,8 +126,8 @@ def _call_context(mha: MultiHeadAttention, x, mask, layer_cache, context) -> Att
     if not isinstance(x, Tensor) or not x.is_floating_point():
         raise TypeError(f"x must be a floating-point torch.Tensor, got "
                         f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
-    if x.dim() != 3 or x.shape[-1] != mha.d_model:
-        raise ValueError(f"x must have shape (B, T, d_model={mha.d_model}), got {tuple(x.shape)}")
+    if x.dim() != 3 or x.shape[-1] != mha.d_model or 0 in x.shape:
+        raise ValueError(f"x must have shape (B, T, d_model={mha.d_model}) with B, T >= 1, got {tuple(x.shape)}")
     check_input_dtype(x, mha.q_proj.weight)
     if mask is None and mha.rotary is None: return AttentionContext()  # the cache needs only `update` then
     T, S = x.shape[1], x.shape[1] + (len(layer_cache) if layer_cache is not None else 0)

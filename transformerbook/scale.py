@@ -136,7 +136,10 @@ def saved_activation_bytes(model: torch.nn.Module, # any model mapping token_ids
                           ) -> int: # bytes of the tensors kept for the backward pass, weights excluded
     """Bytes autograd keeps for the backward pass of one training step (cross-entropy loss), counted with
     `torch.autograd.graph.saved_tensors_hooks`: each storage once, the parameters left out. Runs the backward pass
-    (gradients accumulate in `.grad`). Deterministic, unlike a reading of the process's memory."""
+    (gradients accumulate in `.grad`). Deterministic, unlike a reading of the process's memory. `RuntimeError` under
+    `torch.no_grad()` or `torch.inference_mode()`, where nothing is kept."""
+    if not torch.is_grad_enabled():
+        raise RuntimeError("saved_activation_bytes needs autograd: call it outside torch.no_grad()/inference_mode()")
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
     kept = {}
     def pack(t: torch.Tensor) -> torch.Tensor:

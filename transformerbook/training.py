@@ -82,8 +82,7 @@ def cross_entropy_loss(logits: Tensor, # (..., V) float: unnormalised scores ove
         raise ValueError(f"logits shape {tuple(logits.shape)} must be targets shape {tuple(targets.shape)} + (V,)")
     V = logits.shape[-1]
     keep = torch.ones_like(targets, dtype=torch.bool) if ignore_index is None else targets != ignore_index
-    if ((targets[keep] < 0) | (targets[keep] >= V)).any():
-        raise ValueError(f"targets must lie in [0, V={V}) (or equal ignore_index={ignore_index})")
+    check_ids_below(targets[keep], "V", V, "target", f"only ignore_index={ignore_index} may lie outside")
     log_probs = logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # (..., V): log softmax over the vocabulary
     safe = torch.where(keep, targets, 0)  # any valid index at ignored positions; they are masked out below
     nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)  # (...): -log ŷ_t[w_{t+1}]

@@ -60,8 +60,8 @@ def _rotary_ref(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 @checker("Exercise 12.2 — rotate q and k")
 def check_apply_rotary(rotate) -> None:
-    ("`rotate(x, cos, sin) -> Tensor` must equal `embeddings.apply_rotary` (half-split layout) "
-     "and keep scores shift-invariant.")
+    ("`rotate(x, cos, sin) -> Tensor` must equal `embeddings.apply_rotary` (half-split layout), the rotation "
+     "that makes q·k depend on the positions only through their difference.")
     g = torch.Generator().manual_seed(0)
     rope = RotaryEmbedding(d_head=8, context_length=32).double()
     x = torch.randn(2, 3, 6, 8, generator=g, dtype=torch.float64)  # (B, H, T, Dh)
