@@ -84,3 +84,12 @@ def test_notebook_rhythm(name):
     "STYLE.md: export cells stay short, each followed by an example or a test the reader sees (issue 17)."
     lengths, problems = metrics.rhythm(ROOT)[name]
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "nbs" / "checks").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_checker_appendix_cells_are_short(path):
+    """The checker appendices keep their exported cells to the chapters' length too (their examples are the tests of
+    tests/test_checkers.py, so only the length rule applies)."""
+    import json
+    lengths, _ = metrics.notebook_rhythm(json.loads(path.read_text(encoding="utf-8"))["cells"])
+    assert lengths and max(lengths) <= metrics.MAX_EXPORT_LINES, f"{path.name}: cells of {sorted(lengths)[-3:]} lines"

@@ -219,6 +219,7 @@ def _compare_with_input(layer, x, t):
     x2[:, t] += torch.randn_like(x2[:, t])
     with torch.no_grad(): return (layer(x2) - x).abs().amax(dim=(0, 2)) > 1e-6  # wrong baseline: the input
 
+# %% ../../nbs/checks/04_blocks.ipynb #d437f2c8
 @known_wrong(check_affected_positions, "perturbs every position", hint="you perturbed every position")
 def _perturb_everything(layer, x, t):
     with torch.no_grad(): return (layer(x + torch.randn_like(x)) - layer(x)).abs().amax(dim=(0, 2)) > 1e-6

@@ -122,6 +122,7 @@ def _unchanged(a: torch.Tensor, b: torch.Tensor) -> bool:
         torch.equal(a.isnan(), b.isnan())
     return torch.equal(a, b)
 
+# %% ../../nbs/checks/00_core.ipynb #cdfdfe2e
 def diagnose(actual, # the learner's result
              candidates: dict[str, torch.Tensor], # hint -> what a known mistake would output
              default: str, # hint when no known mistake matches

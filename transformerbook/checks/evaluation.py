@@ -105,6 +105,7 @@ def _classify_reference(model, tok, prompt, cands):
     scores = score_candidates(model, tok, prompt, cands)
     return scores, int(scores.argmax())
 
+# %% ../../nbs/checks/11a_evaluation.ipynb #61d741c5
 def _wrong_classifier(name: str):
     def classify(model, tok, prompt, cands):
         s = _WRONG_SCORES[name](model, tok, prompt, cands)

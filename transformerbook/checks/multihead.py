@@ -274,7 +274,7 @@ def _merge_interleaved(x):
     B, H, T, Dh = x.shape
     return x.permute(0, 2, 3, 1).reshape(B, T, H * Dh)
 
-
+# %% ../../nbs/checks/03_multihead.ipynb #6c0f0ab3
 class _MHAReference(nn.Module):
     def __init__(self, d_model, n_heads, scale_by_d_model=False, use_out_proj=True, use_mask=True, fill=None):
         super().__init__()
@@ -311,6 +311,8 @@ class _MHAMinusInf(_MHAReference):  # -inf fill: NaN on a fully masked row
              hint="a query whose keys are all masked must output 0")
 class _MHAEmptyRowsNotZeroed(_MHAReference):  # finite fill, but a fully masked row averages all the values
     def __init__(self, d_model, n_heads): super().__init__(d_model, n_heads, fill=-1e9)
+
+# %% ../../nbs/checks/03_multihead.ipynb #9505d282
 @known_wrong(check_multihead_class, "no q_proj attribute", hint="needs an attribute q_proj")
 class _MHAOneLinear(nn.Module):  # a fused qkv projection: no q_proj attribute
     def __init__(self, d_model, n_heads):

@@ -297,6 +297,7 @@ def _top_k_plus_one(logits, k):
     "Wrong: keeps k + 1 tokens."
     return top_k_filter(logits, min(k + 1, logits.shape[-1]))
 
+# %% ../../nbs/checks/07_sampling.ipynb #c845aa39
 @known_wrong(check_top_k, "keeps k-1", hint="you keep k-1 tokens")
 def _top_k_minus_one(logits, k):
     "Wrong: keeps only logits strictly greater than the k-th largest (k - 1 tokens)."
@@ -333,6 +334,7 @@ def _top_p_unsorted(logits, p):
     remove = (probs.cumsum(-1) - probs) >= p  # drop a token once the total before it has reached p
     return logits.masked_fill(remove, float("-inf"))
 
+# %% ../../nbs/checks/07_sampling.ipynb #1f56e576
 @known_wrong(check_top_k, "finfo.min instead of -inf", hint="must be float('-inf')")
 def _top_k_finite_fill(logits, k):
     "Wrong: removed tokens get torch.finfo(dtype).min instead of -inf."

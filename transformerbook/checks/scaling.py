@@ -44,6 +44,7 @@ def _as_number(x, what: str) -> float:
         raise AssertionError(f"{what} returned {type(x).__name__} {x!r}; expected a number")
     return float(x)
 
+# %% ../../nbs/checks/09_scaling.ipynb #a28dbe22
 @checker("Exercise 9.1 — the compute of a training run")
 def check_training_flops(kaplan_training_flops) -> None:
     ("`kaplan_training_flops(model_cfg, n_tokens)` must be D · 3 · (2N + 2·n_layers·context_length·d_model), "

@@ -213,6 +213,7 @@ def _merge_right_to_left(ids, pair, new_id):
     "Scans from the right: aaa -> [97, 256]."
     return merge(ids[::-1], tuple(pair)[::-1], new_id)[::-1]
 
+# %% ../../nbs/checks/05a_tokenization.ipynb #e684509e
 @known_wrong(check_merge, "drops the last id", hint="lost the final id")
 def _merge_drops_last(ids, pair, new_id):
     "Loops to len(ids) - 1 and forgets the final id when it is not merged."
@@ -248,6 +249,7 @@ def _train_never_merges(text, vocab_size):
     "Counts the original bytes every step without applying the merges, so the same pair wins every time."
     return _train_variant(text, vocab_size, apply_merges=False)
 
+# %% ../../nbs/checks/05a_tokenization.ipynb #d21afe00
 @known_wrong(check_train_bpe, "characters instead of bytes", hint="not on characters")
 def _train_characters(text, vocab_size):
     "Starts from characters' code points instead of UTF-8 bytes."

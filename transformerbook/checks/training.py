@@ -51,6 +51,7 @@ def _loss_case(seed: int, B: int = 3, T: int = 7, V: int = 11, pad_id: int = 0):
 
 _LOSS_PAD_IDS = (0, 10, 4)  # pad ids of the three cases (V = 11): the usual 0, the last id, one in the middle
 
+# %% ../../nbs/checks/08_training.ipynb #b74ba882
 @checker("Exercise 8.1 — the language-model loss with padding")
 def check_lm_loss(lm_loss) -> None:
     "Check `lm_loss(logits, token_ids, pad_id)` against `lm_loss_reference` on padded and unpadded batches."
@@ -162,6 +163,7 @@ def _lr_mistakes(s: int, train_cfg: TrainConfig) -> dict[str, float]:
             "exactly at s = W":
                 _cosine(s, train_cfg, shift=-1)}
 
+# %% ../../nbs/checks/08_training.ipynb #00e001d7
 @checker("Exercise 8.3 — warm-up and cosine decay")
 def check_lr_schedule(lr_schedule) -> None:
     "Check `lr_schedule(step, train_cfg)` against `lr_at` at every step of three schedules (and past their end)."
@@ -223,6 +225,7 @@ def _pack_between_only(documents, context_length, eos_token_id):
     n = len(stream) // context_length
     return torch.tensor(stream[:n * context_length], dtype=torch.long).view(n, context_length)
 
+# %% ../../nbs/checks/08_training.ipynb #aabb5cdc
 @known_wrong(check_pack, "drops an exact last window", hint="the last full window is missing")
 def _pack_drops_exact_last(documents, context_length, eos_token_id):
     "Wrong: `range(0, len - T, T)` loses the last window when the length is an exact multiple of T."
@@ -260,6 +263,7 @@ def _lr_warmup_from_zero(step, train_cfg):
     if step >= train_cfg.warmup_iters: return lr_at(step, train_cfg)
     return train_cfg.learning_rate * step / train_cfg.warmup_iters
 
+# %% ../../nbs/checks/08_training.ipynb #4209092d
 @known_wrong(check_lr_schedule, "cosine one step late", hint="the cosine is one step late")
 def _lr_late_cosine(step, train_cfg):
     "Wrong: the cosine's ratio is off by one step."
