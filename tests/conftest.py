@@ -73,9 +73,9 @@ def make_sample_chapter():
 # `make test` runs pytest in several processes (pytest-xdist, `-n $(WORKERS) --dist loadgroup --no-loadscope-reorder`).
 # Each test module stays in one process, so its module fixtures are built once and tests that share a resource
 # (torchrun's ports, a cached model being trained) never run side by side. The two longest modules, the site's and the
-# explorers', are queued first, so each process starts with one of them and the short modules fill in after (longest
-# first). Each builds the site for itself (`book`, about 30 s): on two cores, one group for both ran 610 s of tests
-# in one process while the other had 500 s (pytest 696 s against 1,111 s of tests, 2026-11-27).
+# explorers', are queued first, so each process starts with one of them and the short modules fill in after, in
+# collection order. Each builds the site for itself (`book`, about 30 s): on two cores, one group for both ran 610 s of
+# tests in one process while the other had 500 s (pytest 696 s); as two groups queued first, 648 s (2026-11-27).
 LONGEST_FIRST = ("test_site", "test_explorers")
 
 
