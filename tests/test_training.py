@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import math
-
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -693,3 +695,33 @@ def test_checkpoint_with_the_old_field_names_loads_and_resumes(tmp_path, monkeyp
                     out_dir=tmp_path/"old", resume=True, progress=False)
     assert resumed.iter_loss == full.iter_loss
     assert {"norm_placement", "norm_eps"} <= set(load_checkpoint(tmp_path/"old")["model_config"])
+
+
+_ASK_FOR_A_RUN = """
+import sys, time
+import transformerbook.training as training
+from transformerbook.lm_head import GPTConfig
+from transformerbook.recipes import TrainConfig
+real = training.train
+def counted(*args, **kwargs):
+    with open(sys.argv[2], "a") as f: f.write(sys.argv[1] + "\\n")
+    time.sleep(2)  # the other process has looked for the run by now, and found none finished
+    return real(*args, **kwargs)
+training.train = counted
+model_cfg = GPTConfig(vocab_size=65, context_length=8, d_model=16, n_heads=2, n_layers=1)
+train_cfg = TrainConfig(max_iters=4, batch_size=2, warmup_iters=1, lr_decay_iters=4, eval_interval=2, eval_iters=1)
+print(training.cached_run("lock-test", model_cfg, train_cfg, "char", {}, progress=False))
+"""
+
+
+def test_two_processes_asking_for_one_cached_run_train_it_once(tmp_path):
+    """`cached_run` in two processes at once (as two notebooks of `make book` that need the same model): one trains,
+    the other waits on the run folder's lock and then finds the run finished. Without the lock both trained."""
+    env = {**os.environ, "TRANSFORMERBOOK_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    log = tmp_path / "trained.txt"
+    procs = [subprocess.Popen([sys.executable, "-c", _ASK_FOR_A_RUN, name, str(log)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for name in "ab"]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert outs[0][0] == outs[1][0] and outs[0][0].strip().endswith("ckpt.pt"), outs  # one checkpoint for both
+    assert len(log.read_text().splitlines()) == 1, log.read_text()

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from filelock import FileLock
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
@@ -545,7 +546,8 @@ def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespea
               ) -> Path: # the finished run's checkpoint file
     """Train `GPT(model_cfg)` on TinyShakespeare once, with its checkpoint under `cache_dir()/models/<prefix>-<hash of
     the configs, key_extra and the code version>`: a finished run (`run_finished`: at max_iters, or stopped by its
-    `patience`) is only located, an interrupted one resumes.
+    `patience`) is only located, an interrupted one resumes. Processes that ask for one run at once train it once: the
+    others wait on a file lock in its folder (`filelock`), then find it finished.
     The cache every chapter's trained models share (`shakespeare_model`, `scaling.scaling_run`, ...); load the
     result with `load_model`. `ValueError` if model_cfg.vocab_size is not the tokenizer's (+ `extra_ids`)."""
     out_dir = cached_run_dir(prefix, model_cfg, train_cfg, key_extra)
@@ -556,9 +558,12 @@ def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespea
         raise ValueError(f"model_cfg.vocab_size={model_cfg.vocab_size} must be the "
                          f"{'character' if tokenizer == 'char' else tokenizer} vocabulary's {tok.vocab_size}"
                          + (f" + extra_ids={extra_ids}" if extra_ids else ""))
-    torch.manual_seed(train_cfg.seed)
-    train(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir=out_dir, tokenizer=tok, resume=path.is_file(),
-          progress=progress, desc=desc, batch_fn=batch_fn)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(out_dir/".lock"):  # released by the OS if this process dies
+        if path.is_file() and run_finished(load_checkpoint(path), train_cfg): return path  # another process trained it
+        torch.manual_seed(train_cfg.seed)
+        train(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir=out_dir, tokenizer=tok, resume=path.is_file(),
+              progress=progress, desc=desc, batch_fn=batch_fn)
     return path
 
 # %% ../nbs/08_training.ipynb #39f742cb
