@@ -489,3 +489,20 @@ def test_checker_reports_a_crash_and_a_stub(capsys):
         raise NotImplementedError
     assert checks.check_induction_score(stub).passed is False
     assert capsys.readouterr().out.startswith("NOT YET")
+
+
+def test_induction_run_trains_under_its_folders_lock(tmp_path, monkeypatch):
+    """`induction_run` trains inside `model_cache.run_lock` of its folder, so a second process asking for the same run
+    waits instead of training it too (the two-process check of the lock is in test_training.py)."""
+    import transformerbook.interpret as interpret
+    from filelock import FileLock, Timeout
+    calls = []
+
+    def held(model, train_ids, val_ids, train_cfg, out_dir, every, **kwargs):
+        with pytest.raises(Timeout): FileLock(out_dir/".lock", timeout=0).acquire()  # another holder would wait here
+        calls.append(every)
+        return []
+    monkeypatch.setattr(interpret, "train_in_stages", held)
+    interpret.induction_run(every=2, out_dir=tmp_path/"run", progress=False, max_iters=4)
+    assert calls == [2]
+    FileLock(tmp_path/"run"/".lock", timeout=0).acquire()  # and released afterwards

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .lm_head import GPT, GPTConfig, eval_mode, logit_lens
-from .model_cache import run_dir
+from .model_cache import run_dir, run_lock
 from .training import CHECKPOINT_NAME, CheckpointError, TrainConfig, get_batch, load_checkpoint
 from .training import load_dataset, load_model, model_key, save_checkpoint, train, train_key
 from .validation import check_choice, check_in_interval, check_int_in_range, check_positive_int
@@ -291,13 +291,15 @@ def induction_run(every: int = 100, # steps between snapshots
     """The induction model of `induction_configs()` trained once on TinyShakespeare with `repeat_segment_batch`, with a
     snapshot every `every` steps, cached like `training.cached_run` (keyed by a hash of the configs, `every`, the
     sampler's name and the code version): the first call trains (about 25 minutes measured on a 2-core machine
-    shared with other jobs), an interrupted one resumes, later calls only list the snapshots."""
+    shared with other jobs), an interrupted one resumes, later calls only list the snapshots; processes that ask at
+    once train it once (`model_cache.run_lock`)."""
     model_cfg, train_cfg = induction_configs(style, **train_overrides)
     out_dir = induction_run_dir(every, style, **train_overrides) if out_dir is None else out_dir
     tok, train_ids, val_ids = load_dataset("tinyshakespeare", "char")
     torch.manual_seed(train_cfg.seed)  # the initial weights, drawn as `training.cached_run` draws them
-    return train_in_stages(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir, every, batch_fn=repeat_segment_batch,
-                           tokenizer=tok, progress=progress)
+    with run_lock(out_dir):  # another process training it: wait, then only list its snapshots
+        return train_in_stages(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir, every,
+                               batch_fn=repeat_segment_batch, tokenizer=tok, progress=progress)
 
 def induction_model(progress: bool = True, # progress bar while training (first call only)
                     style: str = "gpt2", # a key of INDUCTION_STYLES

@@ -6,7 +6,8 @@ run, `cache_dir()/models/<prefix>-<hash>`, where the hash covers the key's field
 batch sampler's name, ...) and the package version; `run_key(**key)` is the JSON text that is hashed. Every cached
 model of the book is named by it: `training.cached_run_dir` (behind `training.cached_run`,
 `training.shakespeare_model` and `scaling.scaling_run`), `interpret.induction_run_dir` and chapter 13's
-`posttraining.chat_sft_model` (`chat-sft-...`).
+`posttraining.chat_sft_model` (`chat-sft-...`). `run_lock(folder)` makes processes that ask for one run at once train
+it once (`training.cached_run` and `interpret.induction_run` hold it while they train).
 
 Docs: https://transformerbook.github.io/transformerbook/model_cache.html.md"""
 
@@ -19,12 +20,14 @@ import hashlib
 import json
 from pathlib import Path
 
+from filelock import FileLock
+
 import transformerbook
 from .data import cache_dir
 from .validation import check_instance
 
 # %% auto #0
-__all__ = ['run_key', 'run_dir']
+__all__ = ['run_key', 'run_dir', 'run_lock']
 
 # %% ../nbs/model_cache.ipynb #78168939
 def run_key(**key) -> str:
@@ -48,3 +51,13 @@ def run_dir(prefix: str, # the folder's name before the hash, e.g. "shakespeare-
     if not prefix or "/" in prefix or "\\" in prefix:
         raise ValueError(f"prefix={prefix!r} must be a non-empty folder name without path separators")
     return cache_dir()/"models"/f"{prefix}-{hashlib.sha256(run_key(**key).encode()).hexdigest()[:12]}"
+
+# %% ../nbs/model_cache.ipynb #dbdade36
+def run_lock(folder: str | Path, # a cached run's folder (`run_dir`); made if missing
+            ) -> FileLock: # use as `with run_lock(folder):` around the look for a finished run and the training
+    """A lock on a cached run's folder (the file `folder/.lock`, by `filelock`): processes that ask for one run at
+    once train it once, the first while the others wait, which then find it finished. The OS releases it if its
+    process dies. Raises `OSError` if the folder cannot be made."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    return FileLock(folder/".lock")

@@ -38,7 +38,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from filelock import FileLock
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
@@ -48,7 +47,7 @@ from .checkpoints import (CHECKPOINT_NAME, check_resumable, best_file, load_chec
 from .corpus import is_integer_tensor, check_splits, get_batch, load_dataset
 from .blocks import OLD_NORM_NAMES
 from .lm_head import GPT, GPTConfig, eval_mode
-from .model_cache import run_dir
+from .model_cache import run_dir, run_lock
 from .recipes import DTYPES, TrainConfig, new_run_config, preset_configs
 from .sampling import host_to_device
 from .validation import check_choice, check_ids, check_ids_below, check_nonnegative_int
@@ -547,7 +546,7 @@ def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespea
     """Train `GPT(model_cfg)` on TinyShakespeare once, with its checkpoint under `cache_dir()/models/<prefix>-<hash of
     the configs, key_extra and the code version>`: a finished run (`run_finished`: at max_iters, or stopped by its
     `patience`) is only located, an interrupted one resumes. Processes that ask for one run at once train it once: the
-    others wait on a file lock in its folder (`filelock`), then find it finished.
+    others wait on its folder's `model_cache.run_lock`, then find it finished.
     The cache every chapter's trained models share (`shakespeare_model`, `scaling.scaling_run`, ...); load the
     result with `load_model`. `ValueError` if model_cfg.vocab_size is not the tokenizer's (+ `extra_ids`)."""
     out_dir = cached_run_dir(prefix, model_cfg, train_cfg, key_extra)
@@ -558,8 +557,7 @@ def cached_run(prefix: str, # cache folder name before the hash, e.g. "shakespea
         raise ValueError(f"model_cfg.vocab_size={model_cfg.vocab_size} must be the "
                          f"{'character' if tokenizer == 'char' else tokenizer} vocabulary's {tok.vocab_size}"
                          + (f" + extra_ids={extra_ids}" if extra_ids else ""))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(out_dir/".lock"):  # released by the OS if this process dies
+    with run_lock(out_dir):  # released by the OS if this process dies
         if path.is_file() and run_finished(load_checkpoint(path), train_cfg): return path  # another process trained it
         torch.manual_seed(train_cfg.seed)
         train(GPT(model_cfg), train_ids, val_ids, train_cfg, out_dir=out_dir, tokenizer=tok, resume=path.is_file(),
