@@ -270,8 +270,8 @@ def _check_out(args) -> Path:
     file (found now, not at the first checkpoint), or the run would clash with it."""
     out = Path(args.out)
     ckpt_path = out/CHECKPOINT_NAME  # where `train` reads and writes the checkpoint
-    found = next((p for p in (out, *out.parents) if p.exists()), out)  # the folder that will hold the new ones
-    if found.exists() and not found.is_dir():
+    found = next(p for p in (out, *out.parents) if p.exists())  # the last parent, "/" or ".", always exists
+    if not found.is_dir():
         raise ValueError(f"--out {out}: {found} is a file; give a folder for the checkpoint")
     if args.resume and args.force: raise ValueError("--resume and --force contradict each other: choose one")
     if not args.resume and ckpt_path.exists() and not args.force:
