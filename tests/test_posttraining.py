@@ -202,6 +202,49 @@ def test_best_of_n_kl():
     assert best_of_n_kl(1) == 0 and best_of_n_kl(16) == pytest.approx(math.log(16) - 15 / 16)
 
 
+# ---- the cached chat model ----
+
+def test_chat_sft_model_fine_tunes_once_under_its_folders_lock(tmp_path, monkeypatch):
+    """`chat_sft_model` fine-tunes inside `model_cache.run_lock` of its folder and looks for the checkpoint again once
+    it holds the lock: a process that asks while another fine-tunes waits, then loads what the other wrote."""
+    import threading
+    from filelock import FileLock, Timeout
+    import transformerbook.posttraining as posttraining
+    from transformerbook.training import save_checkpoint
+    monkeypatch.setenv("TRANSFORMERBOOK_CACHE", str(tmp_path/"cache"))
+    torch.manual_seed(0)
+    base = GPT(GPTConfig(vocab_size=65, context_length=64, d_model=16, n_heads=2, n_layers=1)).eval()
+    monkeypatch.setattr(posttraining, "shakespeare_model", lambda *a, **k: (base, CHAR.base))
+    calls = []
+
+    def held(model, examples, **kwargs):
+        with pytest.raises(Timeout): FileLock(lock_file, timeout=0).acquire()  # another caller would wait here
+        calls.append(kwargs["steps"])
+        return []
+    monkeypatch.setattr(posttraining, "sft", held)
+    key = {"base": posttraining.model_key(base.config), "seed": 0, "steps": 1, "lr": 3e-4, "batch_size": 32,
+           "supervise": "assistant", "tasks": ["who", "line"]}
+    lock_file = posttraining.run_dir("chat-sft", **key)/".lock"
+    model, tok = posttraining.chat_sft_model(steps=1)
+    assert calls == [1] and tok.vocab_size == 68 and (lock_file.parent/"ckpt.pt").is_file()
+    posttraining.chat_sft_model(steps=1)  # cached: loaded, not fine-tuned again
+    assert calls == [1]
+
+    lock_file = posttraining.run_dir("chat-sft", **{**key, "steps": 2})/".lock"  # a run not in the cache
+    lock_file.parent.mkdir(parents=True)
+    other = FileLock(lock_file)
+    other.acquire()  # "another process" is fine-tuning it
+    got = []
+    asker = threading.Thread(target=lambda: got.append(posttraining.chat_sft_model(steps=2)))
+    asker.start()
+    asker.join(timeout=1.0)
+    assert asker.is_alive() and not got  # it waits on the lock
+    save_checkpoint(lock_file.parent/"ckpt.pt", with_chat_vocab(base, 68), None, 2, tokenizer=CHAR.base)
+    other.release()
+    asker.join(timeout=30)
+    assert calls == [1] and got[0][0].config.vocab_size == 68  # it loaded the other's checkpoint
+
+
 # ---- the command line ----
 
 @pytest.fixture

@@ -216,6 +216,19 @@ def test_train_rejects_short_corpus():
         train(tiny_model(), torch.arange(100) % 11, torch.arange(5), TrainConfig(**TINY_TRAIN), progress=False)
 
 
+
+def test_train_names_a_model_or_settings_of_the_wrong_type(tmp_path):
+    """A module without a GPT's config, or settings given as a dict, get a TypeError naming them (they raised
+    AttributeError from inside the loop), before a checkpoint is touched: a run's best.pt stays."""
+    tr, va = tiny_data()
+    with pytest.raises(TypeError, match="model.config must be a GPTConfig, got NoneType"):
+        train(torch.nn.Linear(2, 2), tr, va, TrainConfig(**TINY_TRAIN), progress=False)
+    (tmp_path/"best.pt").write_bytes(b"an earlier run's best")
+    with pytest.raises(TypeError, match="train_cfg must be a TrainConfig, got dict"):
+        train(tiny_model(), tr, va, TINY_TRAIN, out_dir=tmp_path, progress=False)
+    assert (tmp_path/"best.pt").read_bytes() == b"an earlier run's best"
+
+
 # ---------------------------------------------------------------- checkpoints and exact resume
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_resume_reproduces_uninterrupted_run(tmp_path, dropout):

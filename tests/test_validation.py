@@ -113,9 +113,10 @@ def test_embeddings_token_ids_shape_is_a_value_error(emb):
 
 # ---------------------------------------------------------------- transformerbook.validation: one rule, one spelling
 
-@pytest.mark.parametrize("value", [0, -3, True, False, 2.0, "2", None])
-def test_positive_int_rejects_bools_floats_and_non_positive(value):
-    with pytest.raises(ValueError, match=f"^n_heads={value!r} must be a positive int$"):
+@pytest.mark.parametrize("value,note", [(0, ""), (-3, ""), (True, ", not a bool"), (False, ", not a bool"),
+                                        (2.0, ", not a float"), ("2", ", not a str"), (None, ", not None")])
+def test_positive_int_rejects_bools_floats_and_non_positive(value, note):
+    with pytest.raises(ValueError, match=f"^n_heads={re.escape(repr(value))} must be a positive int{note}$"):
         V.check_positive_int("n_heads", value)
 
 
@@ -361,3 +362,34 @@ def test_cosine_similarity_and_resolve_device_name_the_type():
     with pytest.raises(TypeError, match="u must be a float tensor"):
         cosine_similarity(torch.tensor([1, 2, 3]), torch.tensor([1.0, 2.0, 3.0]))
     assert resolve_device(torch.device("cpu")) == torch.device("cpu")
+
+
+# ---------------------------------------------------------------- a scalar of the wrong type says so
+
+@pytest.mark.parametrize("check,value,text", [
+    (V.check_positive_int, __import__("numpy").int64(3), "n=np.int64(3) must be a positive int, not a numpy.int64 "
+                                                          "(convert it with int())"),
+    (V.check_positive_int, torch.tensor(3), "must be a positive int, not a torch.Tensor (convert it with .item())"),
+    (V.check_nonnegative_int, 2.0, "n=2.0 must be a non-negative int, not a float"),
+    (V.check_positive_even_int, True, "n=True must be a positive even int, not a bool"),
+    (lambda name, value: V.check_int_in_range(name, value, 0, 5), __import__("numpy").int32(1),
+     "must be an int in [0, 5), not a numpy.int32 (convert it with int())"),
+    (V.check_positive_number, __import__("numpy").float32(0.5), "must be a positive finite number, not a "
+                                                                "numpy.float32 (convert it with float())"),
+    (lambda name, value: V.check_in_interval(name, value, "(0, 1]"), torch.tensor(0.5),
+     "must be in (0, 1], not a torch.Tensor (convert it with .item())"),
+    (V.check_positive_number, "2", "n='2' must be a positive finite number, not a str"),
+])
+def test_a_scalar_of_another_type_is_named_with_its_conversion(check, value, text):
+    """A numpy or torch scalar that holds an allowed value (what `np.arange(4)[3]` or `t.sum()` give) was refused with
+    "n=np.int64(3) must be a positive int", which reads as a contradiction; the message now names the type."""
+    with pytest.raises(ValueError) as err:
+        check("n", value)
+    assert text in str(err.value)
+
+
+def test_a_wrong_value_of_the_right_type_gets_no_type_note():
+    with pytest.raises(ValueError) as err:
+        V.check_positive_int("n_heads", 0, "heads split d_model")
+    assert str(err.value) == "n_heads=0 must be a positive int (heads split d_model)"
+    V.check_positive_number("lr", 3)  # an int is a number

@@ -7,7 +7,7 @@ batch sampler's name, ...) and the package version; `run_key(**key)` is the JSON
 model of the book is named by it: `training.cached_run_dir` (behind `training.cached_run`,
 `training.shakespeare_model` and `scaling.scaling_run`), `interpret.induction_run_dir` and chapter 13's
 `posttraining.chat_sft_model` (`chat-sft-...`). `run_lock(folder)` makes processes that ask for one run at once train
-it once (`training.cached_run` and `interpret.induction_run` hold it while they train).
+it once (`training.cached_run`, `interpret.induction_run` and `posttraining.chat_sft_model` hold it while they train).
 
 Docs: https://transformerbook.github.io/transformerbook/model_cache.html.md"""
 

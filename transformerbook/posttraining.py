@@ -38,7 +38,7 @@ from .data import load_tinyshakespeare, train_val_split, write_text_atomically
 from .evaluation import sequence_log_likelihood, speeches, wilson_interval
 from .finetune import IGNORE_INDEX
 from .lm_head import GPT, GPTConfig
-from .model_cache import run_dir
+from .model_cache import run_dir, run_lock
 from .sampling import generate
 from .chat import SPECIAL_TOKENS, ChatTokenizer, check_messages, render_chat
 from .checkpoints import load_model, save_checkpoint
@@ -159,10 +159,8 @@ def generate_reply(model: nn.Module, # a chat GPT
     prompts = [render_chat(m, tokenizer, add_generation_prompt=True)[0] for m in conversations]
     out = generate(model, prompts, max_new_tokens, temperature=temperature, eos_token_id=tokenizer.end_id,
                    generator=generator)  # (B, P + n), left-padded prompts
-    replies = []
-    for row in out[:, max(len(p) for p in prompts):].tolist():
-        replies.append(row[:row.index(tokenizer.end_id) + 1] if tokenizer.end_id in row else row)
-    return replies
+    return [row[:row.index(tokenizer.end_id) + 1] if tokenizer.end_id in row else row  # cut after <|end|>
+            for row in out[:, max(len(p) for p in prompts):].tolist()]
 
 # %% ../nbs/13_posttraining.ipynb #0c7ed124
 def _speech_split(text: str, n_speakers: int, seed: int) -> tuple[list, dict]:
@@ -234,17 +232,19 @@ def chat_sft_model(seed: int = 0, # initialises nothing new but draws the batche
                    progress: bool = False, # progress bar if the base model must be trained first
                   ) -> tuple: # (GPT with the chat ids, in eval mode; ChatTokenizer)
     """Chapter 8's character model fine-tuned with `sft` on `sft_examples` of the validation split; trained once
-    and cached (`model_cache.run_dir("chat-sft", ...)`), written atomically by `training.save_checkpoint`."""
+    and cached (`model_cache.run_dir("chat-sft", ...)`), written atomically by `training.save_checkpoint`; processes
+    that ask at once fine-tune it once (`model_cache.run_lock`)."""
     base, tok = shakespeare_model("char", progress=progress)
     chat_tok = ChatTokenizer(tok)
     key = {"base": model_key(base.config), "seed": seed, "steps": steps, "lr": lr, "batch_size": batch_size,
            "supervise": supervise, "tasks": ["who", "line"]}
     path = run_dir("chat-sft", **key)/"ckpt.pt"
-    if path.is_file(): return load_model(path)[0], chat_tok
-    model = with_chat_vocab(base, chat_tok.vocab_size)
-    sft(model, sft_examples(train_val_split(load_tinyshakespeare())[1], chat_tok), steps=steps,
-        batch_size=batch_size, lr=lr, supervise=supervise, generator=torch.Generator().manual_seed(seed))
-    save_checkpoint(path, model, None, steps, tokenizer=tok)  # the base tokenizer; the chat ids follow from it
+    with run_lock(path.parent):  # another process fine-tuning it: wait, then load what it wrote
+        if path.is_file(): return load_model(path)[0], chat_tok
+        model = with_chat_vocab(base, chat_tok.vocab_size)
+        sft(model, sft_examples(train_val_split(load_tinyshakespeare())[1], chat_tok), steps=steps,
+            batch_size=batch_size, lr=lr, supervise=supervise, generator=torch.Generator().manual_seed(seed))
+        save_checkpoint(path, model, None, steps, tokenizer=tok)  # the base tokenizer; the chat ids follow from it
     return model, chat_tok
 
 # %% ../nbs/13_posttraining.ipynb #5c0073d5

@@ -50,7 +50,7 @@ from .lm_head import GPT, GPTConfig, eval_mode
 from .model_cache import run_dir, run_lock
 from .recipes import DTYPES, TrainConfig, new_run_config, preset_configs
 from .sampling import host_to_device
-from .validation import check_choice, check_ids, check_ids_below, check_nonnegative_int
+from .validation import check_choice, check_ids, check_ids_below, check_instance, check_nonnegative_int
 from .validation import check_int_in_range, check_positive_int, check_positive_ints
 
 # Re-exported: the chapter's names readers import from `transformerbook.training`, whatever room they live in.
@@ -227,6 +227,7 @@ def _check_step_batch(token_ids: Tensor, targets: Tensor, train_cfg: TrainConfig
 def _run_config(model: GPT, train_cfg: TrainConfig, ckpt_path: Path | None, tokenizer, resume: bool,
                 rank: int) -> tuple: # (the run's TrainConfig, the checkpoint dict to resume from or None)
     "The settings of a new run (its notes printed by rank 0), or of a resumed one with the checkpoint it resumes."
+    check_instance("train_cfg", train_cfg, TrainConfig)
     if not resume:
         train_cfg, notes = new_run_config(train_cfg)
         for note in notes if rank == 0 else []: print(f"note: {note}", file=sys.stderr)
@@ -421,13 +422,13 @@ def train(model: GPT, # trained in place (on its own device)
           on_eval=None, # called as `on_eval(step, losses)` after every evaluation (on rank 0)
          ) -> TrainHistory:
     """Train a GPT by minimising the cross-entropy of the next token (J&M eq. 10.51): `_setup_run`, then per step
-    `lr_at`, a batch (this rank's `batch_slice` under `torchrun`) and `train_step`, the losses read every `log_interval`
-    steps; `_evaluate` every `eval_interval` steps and at the end, stopping after `patience` evaluations without
-    improvement. Seeded; a resumed run is bit-for-bit the uninterrupted one on CPU. Raises `TrainingDivergedError`
-    (the last good checkpoint is kept), `CheckpointError` (no or an incompatible checkpoint to resume), `ValueError`
-    (data not longer than the context, ids outside the vocabulary, a batch the slices cannot divide)."""
-    T = model.config.context_length
-    check_splits(train_data, val_data, T)
+    `lr_at`, a batch (this rank's `batch_slice`) and `train_step`, the losses read every `log_interval` steps;
+    `_evaluate` every `eval_interval` steps and at the end, stopping after `patience` evaluations without improvement.
+    Seeded; a resumed run is bit-for-bit the uninterrupted one on CPU. Raises `TrainingDivergedError` (the last good
+    checkpoint is kept), `CheckpointError` (none or a mismatched one to resume), `TypeError` (model.config not a
+    GPTConfig, train_cfg not a TrainConfig), `ValueError` (data no longer than the context, bad ids, uneven batches)."""
+    check_instance("model.config", getattr(model, "config", None), GPTConfig)  # a GPT (or bench/'s HF peer)
+    check_splits(train_data, val_data, T := model.config.context_length)
     run = _setup_run(model, train_cfg, out_dir, tokenizer, resume)  # fresh, or restored from the checkpoint
     train_cfg, (step_model, eval_model) = run.train_cfg, _wrap_model(model, run.train_cfg, run.world)
     with tqdm(total=train_cfg.max_iters, initial=min(run.start, train_cfg.max_iters), desc=desc, unit="step",

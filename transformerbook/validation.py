@@ -46,17 +46,29 @@ def is_number(value) -> bool:
 
 def _why(hint: str) -> str: return f" ({hint})" if hint else ""
 
+def _type_note(value, want: type) -> str:
+    """What a rule's message adds when the type, not the value, broke it: a bool, or a numpy or torch scalar (as
+    `np.arange(4)[3]` or `t.sum()` give) with the call that converts it. Empty for a `want` (int; float takes ints)."""
+    if value is None: return ", not None"
+    if isinstance(value, bool): return ", not a bool"
+    if isinstance(value, (int, float) if want is float else want): return ""
+    module, kind = type(value).__module__.split(".")[0], type(value).__name__
+    fix = {"numpy": f" (convert it with {want.__name__}())", "torch": " (convert it with .item())"}.get(module, "")
+    return f", not a {kind if module == 'builtins' else f'{module}.{kind}'}{fix}"
+
 # %% ../nbs/00_notation.ipynb #d85af18d
 def check_positive_int(name: str, # the argument's name, as the caller spells it
                        value, # what the caller passed
                        hint: str = "", # why the rule holds, shown in parentheses
                       ) -> None:
     "Raise `ValueError` naming the value unless it is an int >= 1."
-    if not is_int(value) or value < 1: raise ValueError(f"{name}={value!r} must be a positive int{_why(hint)}")
+    if not is_int(value) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a positive int{_type_note(value, int)}{_why(hint)}")
 
 def check_nonnegative_int(name: str, value, hint: str = "") -> None:
     "Raise `ValueError` naming the value unless it is an int >= 0."
-    if not is_int(value) or value < 0: raise ValueError(f"{name}={value!r} must be a non-negative int{_why(hint)}")
+    if not is_int(value) or value < 0:
+        raise ValueError(f"{name}={value!r} must be a non-negative int{_type_note(value, int)}{_why(hint)}")
 
 def check_positive_ints(**values) -> None:
     "`check_positive_int` on each keyword argument in turn: `check_positive_ints(d_model=d_model, n_heads=n_heads)`."
@@ -65,7 +77,7 @@ def check_positive_ints(**values) -> None:
 def check_positive_even_int(name: str, value, hint: str = "") -> None:
     "Raise `ValueError` naming the value unless it is an even int >= 2 (sin/cos pairs, rotations)."
     if not is_int(value) or value < 2 or value % 2:
-        raise ValueError(f"{name}={value!r} must be a positive even int{_why(hint)}")
+        raise ValueError(f"{name}={value!r} must be a positive even int{_type_note(value, int)}{_why(hint)}")
 
 def check_int_in_range(name: str, value,
                        low: int, # the smallest allowed value
@@ -76,13 +88,13 @@ def check_int_in_range(name: str, value,
     if is_int(value) and value >= low and (high is None or value < high): return
     upper = f"{high_name}={high}" if high_name else f"{high}"
     rule = f">= {low}" if high is None else f"in [{low}, {upper})"
-    raise ValueError(f"{name}={value!r} must be an int {rule}{_why(hint)}")
+    raise ValueError(f"{name}={value!r} must be an int {rule}{_type_note(value, int)}{_why(hint)}")
 
 # %% ../nbs/00_notation.ipynb #35cf76c6
 def check_positive_number(name: str, value, hint: str = "") -> None:
     "Raise `ValueError` naming the value unless it is a positive, finite int or float."
     if not is_number(value) or not 0 < value < math.inf:
-        raise ValueError(f"{name}={value!r} must be a positive finite number{_why(hint)}")
+        raise ValueError(f"{name}={value!r} must be a positive finite number{_type_note(value, float)}{_why(hint)}")
 
 def check_in_interval(name: str, value,
                       interval: str, # written as in mathematics: "(0, 1]", "[0, 1)", "[0, inf)"
@@ -92,7 +104,7 @@ def check_in_interval(name: str, value,
     inside = is_number(value) and (value > low if interval[0] == "(" else value >= low) and (
         value < high if interval[-1] == ")" else value <= high)
     if not inside:
-        raise ValueError(f"{name}={value!r} must be in {interval}{_why(hint)}")
+        raise ValueError(f"{name}={value!r} must be in {interval}{_type_note(value, float)}{_why(hint)}")
 
 # %% ../nbs/00_notation.ipynb #b5613b9f
 def check_choice(name: str, value,
