@@ -138,8 +138,18 @@ def test_host_to_device_pins_and_queues_on_cuda(monkeypatch):
 def test_generation_still_refuses_nan_logits():
     model = GPT(GPTConfig(**MODEL)).eval()
     with torch.no_grad(): model.lm_head.weight.fill_(float("nan"))
-    with pytest.raises(ValueError, match="logits contain NaN"):
+    with pytest.raises(ValueError, match="logits hold NaN"):
         generate(model, [1, 2, 3], 3, temperature=1.0)
+
+
+def test_generation_names_a_temperature_that_overflows_the_logits():
+    "u / τ overflowing float32 left rows of +inf and NaN, and `generate` returned arbitrary ids; now it says why."
+    model = GPT(GPTConfig(**MODEL)).eval()
+    with pytest.raises(ValueError, match=r"temperature=1e-45 is too small .* temperature=0 is greedy decoding"):
+        generate(model, [1, 2, 3], 3, temperature=1e-45)
+    with torch.no_grad(): model.lm_head.weight.fill_(float("inf"))  # +inf logits are the model's flaw, named first
+    with pytest.raises(ValueError, match="the model's logits hold NaN or \\+inf"):
+        generate(model, [1, 2, 3], 3, temperature=1e-45)
 
 
 def test_bad_ids_still_get_a_clear_error():

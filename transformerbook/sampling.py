@@ -257,6 +257,20 @@ def _next_token(logits: Tensor, # (B, V) float
     if temperature == 0: return logits.argmax(-1)
     return sample_from_logits(_warp(logits, temperature, top_k, top_p), generator, check=False)
 
+# What left nothing to sample, by `_flaw`'s answer (a flaw of the model's logits is named before one of τ).
+_FLAWS = {1: "temperature={} is too small for these logits: u / τ (J&M eq. 10.49) overflows float32 to +inf, so "
+             "nothing can be sampled; temperature=0 is greedy decoding, the limit τ → 0",
+          2: "the model's logits hold NaN or +inf, or a row that is all -inf: nothing can be sampled"}
+
+def _flaw(row_max: list[Tensor], # each sampled step's largest logit per row, (B,) tensors
+          temperature: float) -> int: # 0 if every step could be sampled, else a key of `_FLAWS`
+    """After `generate`'s loop, one host read: 2 if a row's largest logit was NaN or ±inf, 1 if it overflowed once
+    divided by τ, else 0. The largest is enough: NaN propagates to it, dividing by τ > 0 keeps the order of the
+    logits, and top-k and top-p keep it."""
+    if not row_max: return 0
+    m = torch.stack(row_max)
+    return int(torch.where(~m.isfinite().all(), 2, torch.where(~_divide(m, temperature).isfinite().all(), 1, 0)))
+
 # %% ../nbs/07_sampling.ipynb #e58b1b74
 def _retire_finished(next_ids: Tensor, # (B,) the tokens just picked
                      finished: Tensor, # (B,) bool, rows finished before this step
@@ -298,9 +312,9 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
     """Autoregressive generation (J&M 10.7–10.8): greedy (temperature=0) or sampling with temperature, top-k and
     top-p applied in that order. Prompts of different lengths are left-padded, masked and skipped by the position ids,
     so row b equals `generate` on prompt b alone (with `generator[b]` when sampling) up to its padding; contexts
-    longer than `context_length` keep their last `context_length` tokens. Arguments are checked once, before the
-    loop: `TypeError` for `token_ids` of a non-integer dtype or a non-integer id (1.5), `ValueError` for
-    max_new_tokens < 0, temperature < 0, top_k < 1, top_p outside (0, 1], an empty prompt, or ids outside [0, V)."""
+    longer than `context_length` keep their last ones. Raises `TypeError` for `token_ids` of a non-integer dtype or
+    id (1.5), `ValueError` for max_new_tokens < 0, temperature < 0, top_k < 1, top_p outside (0, 1], an empty prompt,
+    ids outside [0, V) (before the loop), and for logits that cannot be sampled, or a τ that overflows them (after)."""
     model_cfg, device = model.config, next(model.parameters()).device
     _check_generate_args(model_cfg, max_new_tokens, temperature, top_k, top_p, eos_token_id, pad_token_id)
     pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
@@ -309,17 +323,17 @@ def generate(model: nn.Module, # a `GPT` (anything with its `config`, `residual_
     padded = not bool(prompt_mask.all())  # one host sync, here rather than at every step
     cache, N = None, prompt.shape[1]  # N: columns filled so far
     head = _decode_head(model, prompt.shape[0], max_new_tokens)
-    nan = torch.zeros((), dtype=torch.bool, device=prompt.device)  # set on the device; read once, after the loop
+    row_max = []  # each sampled step's largest logit per row, on the device: read once, after the loop (`_flaw`)
     with eval_mode(model):  # no dropout while generating
         for _ in range(max_new_tokens):
             logits, cache = _next_logits(model, ids, mask, positions, N, cache, padded, use_kv_cache, head)
             next_ids = _next_token(logits, temperature, top_k, top_p, generator)  # (B,)
-            if temperature > 0: nan |= logits.isnan().any()
+            if temperature > 0: row_max.append(logits.amax(-1))
             if eos_token_id is not None: next_ids, finished = _retire_finished(next_ids, finished, eos_token_id, pad)
             ids[:, N] = next_ids  # (B,) into column N
             N += 1
             if eos_token_id is not None and finished.all(): break
-    if nan: raise ValueError("the model's logits contain NaN: nothing can be sampled")
+    if flaw := _flaw(row_max, temperature): raise ValueError(_FLAWS[flaw].format(temperature))
     return ids[:, :N].contiguous()  # (B, N): a copy only if generation stopped early
 
 # %% ../nbs/07_sampling.ipynb #80b97875
