@@ -253,7 +253,7 @@ def _next_token(logits: Tensor, # (B, V) float
                 generator: torch.Generator | Sequence[torch.Generator] | None,
                ) -> Tensor: # (B,) int64 token ids, on the device of `logits`
     """Greedy (temperature 0, J&M eq. 10.46) or a draw from the warped distribution (eqs. 10.47–10.49). Reads nothing
-    back to the host: `generate` checks the logits for NaN once, after its loop."""
+    back to the host: `generate` checks once, after its loop, that every step had something to sample (`_flaw`)."""
     if temperature == 0: return logits.argmax(-1)
     return sample_from_logits(_warp(logits, temperature, top_k, top_p), generator, check=False)
 
