@@ -40,9 +40,18 @@ def _train_once(out_dir, **train_overrides):
                  out_dir=out_dir, progress=False)
 
 
+def _init_gloo(rank, world, tmp):
+    "Join the gloo group through a rendezvous file in `tmp`; a failed connection set-up is noted there (`_spawn`)."
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world)
+    except RuntimeError as e:
+        if "connectFullMesh" in str(e): (Path(tmp)/f"setup_failed{rank}").write_text(str(e))
+        raise
+
+
 def _worker(rank, world, tmp):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world)
+    _init_gloo(rank, world, tmp)
     try:
         history = _train_once(Path(tmp)/"ddp")
         (Path(tmp)/f"rank{rank}.json").write_text(json.dumps(history.to_dict()))
@@ -50,21 +59,36 @@ def _worker(rank, world, tmp):
         dist.destroy_process_group()
 
 
+def _spawn(worker, tmp_path: Path) -> Path:
+    """Run `worker(rank, 2, folder)` in two spawned processes; return the folder. Gloo's connection set-up on
+    loopback fails now and then ("Gloo connectFullMesh failed ... Connection closed by peer [127.0.0.1]", as in
+    PyTorch's own tests, pytorch#53270; once in this suite, in a fresh-clone run on 2026-11-27): that failure, and only
+    it (noted by `_init_gloo`), is tried once more, in a new folder (a new rendezvous file)."""
+    for attempt in (1, 2):
+        folder = tmp_path/f"run{attempt}"
+        folder.mkdir()
+        try:
+            mp.start_processes(worker, args=(2, str(folder)), nprocs=2, join=True, start_method="spawn")
+            return folder
+        except (mp.ProcessRaisedException, mp.ProcessExitedException):  # a rank raised, or stopped with its peer
+            if attempt == 2 or not any(folder.glob("setup_failed*")): raise
+
+
 def test_two_ranks_equal_one_process_and_accumulation(tmp_path):
-    mp.start_processes(_worker, args=(2, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
-    ranks = [json.loads((tmp_path/f"rank{r}.json").read_text()) for r in (0, 1)]
+    run = _spawn(_worker, tmp_path)
+    ranks = [json.loads((run/f"rank{r}.json").read_text()) for r in (0, 1)]
     one = _train_once(tmp_path/"one")  # 1 process x the whole batch of 8
     accum = _train_once(tmp_path/"accum", grad_accum_steps=2)  # 1 process x 4, twice
     for other in (one.iter_loss, accum.iter_loss, ranks[1]["iter_loss"]):  # every rank logs the global batch's loss
         torch.testing.assert_close(torch.tensor(ranks[0]["iter_loss"]), torch.tensor(other), rtol=1e-5, atol=0)
     assert ranks[0]["steps"] == [0, 5] and ranks[1]["steps"] == []  # rank 0 alone evaluates
-    ddp, ref = load_checkpoint(tmp_path/"ddp")["model"], load_checkpoint(tmp_path/"one")["model"]
+    ddp, ref = load_checkpoint(run/"ddp")["model"], load_checkpoint(tmp_path/"one")["model"]
     torch.testing.assert_close(ddp, ref, rtol=1e-4, atol=1e-5)  # same final weights (k_proj.bias: see test_training)
-    assert len(load_checkpoint(tmp_path/"ddp")["rng"]["ranks"]) == 2  # each rank's dropout stream, for --resume
+    assert len(load_checkpoint(run/"ddp")["rng"]["ranks"]) == 2  # each rank's dropout stream, for --resume
 
 
 def _batch_error_worker(rank, world, tmp):
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous2", rank=rank, world_size=world)
+    _init_gloo(rank, world, tmp)
     try:
         _train_once(None, batch_size=7)
     except ValueError as e:
@@ -74,8 +98,8 @@ def _batch_error_worker(rank, world, tmp):
 
 
 def test_a_batch_the_world_size_does_not_divide_is_an_error(tmp_path):
-    mp.start_processes(_batch_error_worker, args=(2, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
-    assert "batch_size=7 is not divisible into 2 process(es) x grad_accum_steps=1" in (tmp_path/"err0.txt").read_text()
+    run = _spawn(_batch_error_worker, tmp_path)
+    assert "batch_size=7 is not divisible into 2 process(es) x grad_accum_steps=1" in (run/"err0.txt").read_text()
 
 
 def _torchrun(*args, **kw):
