@@ -109,6 +109,11 @@ def _torchrun(*args, **kw):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw)
 
 
+def _setup_failed(job, err: str) -> bool:
+    "Whether a torchrun job that ended failed in gloo's connection set-up on loopback, the flake `_spawn` retries."
+    return job.returncode != 0 and "connectFullMesh" in err
+
+
 def _rank_pid(parent: int, rank: int) -> int | None:
     "The pid of the torchrun worker with LOCAL_RANK=rank (read from /proc)."
     for d in Path("/proc").iterdir():
@@ -129,10 +134,14 @@ def test_torchrun_killed_rank_then_resume(tmp_path):
             "--eval-interval", 2, "--eval-iters", 1, "--batch-size", 4, "--warmup-iters", 1, "--no-progress",
             "--device", "cpu"]
     out = tmp_path/"run"
-    job = _torchrun("train", "--out", out, "--max-iters", 100_000, *tiny)
-    deadline = time.time() + 240
-    while not (out/"ckpt.pt").exists() and job.poll() is None and time.time() < deadline: time.sleep(0.2)
-    assert (out/"ckpt.pt").exists(), job.communicate()[1][-3000:]
+    for attempt in (1, 2):  # a second try only after gloo's set-up flake (`_setup_failed`), before any checkpoint
+        job = _torchrun("train", "--out", out, "--max-iters", 100_000, *tiny)
+        deadline = time.time() + 240
+        while not (out/"ckpt.pt").exists() and job.poll() is None and time.time() < deadline: time.sleep(0.2)
+        if (out/"ckpt.pt").exists(): break
+        if job.poll() is None: job.kill()
+        err = job.communicate(timeout=120)[1]
+        assert attempt == 1 and _setup_failed(job, err), err[-3000:]
     pid = _rank_pid(job.pid, 1)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -140,8 +149,10 @@ def test_torchrun_killed_rank_then_resume(tmp_path):
     assert job.returncode != 0 and "Signal 9 (SIGKILL)" in err, err[-3000:]  # torchrun names the failed rank
     step = load_checkpoint(out)["step"]  # the last checkpoint is whole
     assert step >= 0 and step % 2 == 0
-    job = _torchrun("train", "--out", out, "--resume", "--max-iters", step + 4, "--no-progress", "--device", "cpu",
-                    "--data", corpus)
-    stdout, err = job.communicate(timeout=240)
+    for attempt in (1, 2):
+        job = _torchrun("train", "--out", out, "--resume", "--max-iters", step + 4, "--no-progress", "--device",
+                        "cpu", "--data", corpus)
+        stdout, err = job.communicate(timeout=240)
+        if attempt == 2 or not _setup_failed(job, err): break
     assert job.returncode == 0, err[-3000:]
     assert load_checkpoint(out)["step"] == step + 4 and stdout.count(f"step {step + 4}:") == 1  # rank 0 alone prints

@@ -6,8 +6,9 @@
  * `lm_head.logit_lens`), checked against them in tests/test_live.py (ONNX Runtime in Python) and
  * tests/test_explorers.py (this page in Chromium).
  *
- * Loaded before explorers.js, which calls `window.tbLiveExplorers[name](root, data, precomputed)`. When WebAssembly
- * cannot start, the explorer says why and shows the numbers computed when the site was built (`data`).
+ * Loaded before explorers.js, which calls `window.tbLiveExplorers[name](root, data, precomputed)`; the explorer
+ * loads the runtime and its model only when a reader scrolls near it (`whenNear`). When WebAssembly cannot start,
+ * the explorer says why and shows the numbers computed when the site was built (`data`).
  * For tests and curious readers, every result is in the DOM: `root.dataset.text` (the text the shown numbers are
  * for), `root.dataset.latencyMs` (input event to updated view), `root.tbResult` (the arrays themselves).
  */
@@ -184,18 +185,33 @@
     root.querySelector(".tbx-title").after(el("p", { class: "tbx-why", role: "note", text: whyNot(err) }));
   }
 
+  /** Calls `start` once, when the explorer comes within two screen heights of the view (`data-live` is "waiting"
+   * until then, "starting" after): a reader who never scrolls down to it downloads neither the runtime nor the model
+   * (about 6.7 MB on 07's page, 5.2 MB on 11's, both far down their chapters) and a phone spends no CPU starting them.
+   * Without IntersectionObserver it starts at once. */
+  function whenNear(root, start) {
+    const go = () => { root.dataset.live = "starting"; start(); };
+    if (typeof IntersectionObserver !== "function") { go(); return; }
+    root.dataset.live = "waiting";
+    const near = new IntersectionObserver((entries) => {
+      if (!entries.some((e) => e.isIntersecting)) return;
+      near.disconnect();
+      go();
+    }, { rootMargin: "200% 0px" });
+    near.observe(root);
+  }
+
   // ----------------------------------------------------- 07: the next-character distribution, live, and a sampler
   function sampling(root, data, precomputed) {
     const { el, control, frame, status, softmax, show, fmt, barCell, warpLogits } = H();
-    root.dataset.live = "starting";
     const info = data.live;
     const view = frame(root, "Explorer: the model's next character after your text",
       "The page applies temperature, then top-k, then top-p, as transformerbook.sampling.warp_logits does.");
     view.append(el("p", { class: "tbx-summary", text: "Starting the model…" }));
-    openModel(info.name).then((model) => start(model)).catch((err) => fallback(root, err, () => {
+    whenNear(root, () => openModel(info.name).then((model) => start(model)).catch((err) => fallback(root, err, () => {
       precomputed(root, data);
       root.querySelector(".tbx-note").after(modelLine(info, false));
-    }));
+    })));
 
     function start(model) {
       const V = model.info.vocab_size;
@@ -406,18 +422,17 @@
 
   function inside(root, data) {
     const { el, frame } = H();
-    root.dataset.live = "starting";
     const info = data.live;
     const view = frame(root, "Explorer: your text, inside the induction model",
       "Hover over a head or focus it (Tab) and use the arrow keys to read one weight and its two characters.");
     view.append(el("p", { class: "tbx-summary", text: "Starting the model…" }));
     const render = insideView(root, info, view);
-    openModel(info.name).then(start).catch((err) => fallback(root, err, () => {
+    whenNear(root, () => openModel(info.name).then(start).catch((err) => fallback(root, err, () => {
       const T = Array.from(data.text).length;
       render({ text: data.text, T, attention: data.attention.flat(3), lensTop: data.lens_top.flat(),
                lensProb: data.lens_prob.flat() });
       root.querySelector(".tbx-note").after(modelLine(info, false));
-    }));
+    })));
 
     function start(model) {
       const box = textBox(root, `Your text (the model reads its last ${model.info.context_length} characters)`,
