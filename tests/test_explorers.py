@@ -242,6 +242,32 @@ def finish(page, root, name, base_url):
     assert not remote, f"requests that leave the site: {remote}"
 
 
+# axe-core on a started live explorer (its text box, sliders, buttons and head canvases exist only then; the site test
+# reads each page before a reader scrolls there): WCAG 2.1 A/AA rules, serious or critical, with the page's code
+# blocks and formulas out of the document while it runs (axe builds its tree of the whole page: 4.4-5.0 s on 07 with
+# them), then put back.
+LIVE_AXE_JS = """async (root) => {
+  const held = [...document.querySelectorAll("main div.highlight, main mjx-container")].map(block => {
+    const stand_in = document.createElement(block.matches("mjx-container") ? "span" : "div");
+    block.replaceWith(stand_in);
+    return [stand_in, block];
+  });
+  try {
+    const tags = {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]};
+    const result = await axe.run(root, {runOnly: tags, resultTypes: ["violations"]});
+    return result.violations.filter(v => v.impact === "serious" || v.impact === "critical")
+      .map(v => ({id: v.id, n: v.nodes.length, first: v.nodes[0].target.join(" ")}));
+  } finally { held.forEach(([stand_in, block]) => stand_in.replaceWith(block)); }
+}"""
+
+
+def live_accessibility(page, root) -> list[dict]:
+    "The serious and critical axe-core violations inside a started live explorer (`LIVE_AXE_JS`)."
+    from test_site import AXE
+    page.add_script_tag(path=str(AXE))
+    return root.evaluate(LIVE_AXE_JS)
+
+
 def view_text(root) -> str:
     return root.locator(".tbx-view").inner_text()
 
@@ -386,6 +412,7 @@ def test_sampling_explorer(page, base_url):
         assert int(root.locator(".tbx-kept").inner_text()) == int((want > 0).sum())
     shown = root.locator(".tbx-sha").inner_text()
     assert shown == live.live_info("shakespeare-char")["weights_sha256"]
+    assert not live_accessibility(page, root), live_accessibility(page, root)
     finish(page, root, "sampling", base_url)
 
 
@@ -421,6 +448,7 @@ def test_inside_explorer(page, base_url):
     # the logit lens's caption wraps inside the phone's width (a <caption> would scroll away with its wide table)
     assert root.locator(".tbx-caption").evaluate(
         "c => c.scrollWidth <= c.clientWidth + 1 && c.getBoundingClientRect().right <= window.innerWidth")
+    assert not live_accessibility(page, root), live_accessibility(page, root)
     finish(page, root, "inside", base_url)
 
 
