@@ -285,13 +285,42 @@ def test_cli_finetune_sft_then_dpo_on_jsonl(tmp_path, tiny_checkpoint, lora, cap
 @pytest.mark.parametrize("records,message", [
     ([{"messages": []}], "line 1, field messages"),
     ([{"messages": [{"role": "user", "content": "a"}]}, {"text": "b"}], "line 2: missing field 'messages'"),
-    ([{"messages": [{"role": "user", "content": "{~}"}]}], "line 1: character '{'"),
-    ([{"messages": [{"role": "user", "content": "a" * 80}]}], "do not fit context_length=64"),
+    ([{"messages": [{"role": "user", "content": "{~}"}]}], "line 1, field messages: character '{'"),
+    ([{"messages": [{"role": "user", "content": "a"}]}, None, {"messages": [{"role": "user", "content": "a" * 80}]}],
+     "line 3, field messages: 82 tokens do not fit context_length=64"),  # <|user|> 80 <|end|>; None: a blank line
 ])
 def test_cli_finetune_refuses_a_malformed_file(tmp_path, tiny_checkpoint, records, message, capsys):
     from transformerbook.cli import main
-    args = ["finetune", "--method", "sft", "--data", _jsonl(tmp_path/"bad.jsonl", records), "--checkpoint",
+    _jsonl(tmp_path/"bad.jsonl", [r for r in records if r is not None])
+    if None in records:
+        lines = (tmp_path/"bad.jsonl").read_text().splitlines(keepends=True)
+        lines.insert(records.index(None), "\n")
+        (tmp_path/"bad.jsonl").write_text("".join(lines))
+    args = ["finetune", "--method", "sft", "--data", str(tmp_path/"bad.jsonl"), "--checkpoint",
             str(tiny_checkpoint), "--steps", "1", "--out", str(tmp_path/"out")]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path/"out"/"ckpt.pt").exists()
+
+
+PAIR = {"prompt": [{"role": "user", "content": "as TRANIO: Sir"}], "chosen": " give me leave", "rejected": " x"}
+
+
+@pytest.mark.parametrize("bad,message", [
+    ({"rejected": "a" * 60}, "line 3, field rejected: 78 tokens do not fit context_length=64"),  # 1+14+1, 1+60+1
+    ({"chosen": "caf\u00e9"}, "line 3, field chosen: character 'é'"),
+    ({"prompt": [{"role": "user", "content": "a" * 70}]}, "line 3, field prompt: 72 tokens do not fit"),
+    ({"rejected": ["x"]}, "line 3, field rejected: must be a str, got ['x']"),  # read_jsonl's check
+    ({"prompt": "as TRANIO: Sir"}, "line 3, field prompt: messages must be a non-empty list"),
+])
+def test_cli_finetune_names_the_line_and_field_of_a_bad_pair(tmp_path, tiny_checkpoint, bad, message, capsys):
+    "A DPO file's errors name the line in the file (blank lines counted) and which part of the pair is at fault."
+    from transformerbook.cli import main
+    path = tmp_path/"pairs.jsonl"
+    _jsonl(path, [PAIR, {**PAIR, **bad}])
+    path.write_text(path.read_text().replace("\n", "\n\n", 1))  # the bad pair is on line 3
+    args = ["finetune", "--method", "dpo", "--data", str(path), "--checkpoint", str(tiny_checkpoint), "--steps", "1",
+            "--out", str(tmp_path/"out")]
     assert main(args) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path/"out"/"ckpt.pt").exists()

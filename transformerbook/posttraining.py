@@ -489,13 +489,11 @@ def read_jsonl(path, # a JSONL file
             except json.JSONDecodeError as e: raise ValueError(f"{path}, line {n}: not JSON ({e.msg})") from None
             missing = [f for f in _JSONL_FIELDS[method] if not isinstance(rec, dict) or f not in rec]
             if missing: raise ValueError(f"{path}, line {n}: missing field {missing[0]!r}")
-            try:
-                check_messages(rec["messages"] if method == "sft" else rec["prompt"])
-                for f in ("chosen", "rejected")[:2 if method == "dpo" else 0]:
-                    if not isinstance(rec[f], str): raise ValueError(f"field {f!r} must be a str")
+            try: check_messages(rec[_JSONL_FIELDS[method][0]])  # the conversation, or the pair's prompt
             except (ValueError, TypeError) as e:
-                raise ValueError(f"{path}, line {n}, field {'messages' if method == 'sft' else 'prompt'}: {e}") \
-                    from None
+                raise ValueError(f"{path}, line {n}, field {_JSONL_FIELDS[method][0]}: {e}") from None
+            bad = [f for f in _JSONL_FIELDS[method][1:] if not isinstance(rec[f], str)]  # a pair's two answers
+            if bad: raise ValueError(f"{path}, line {n}, field {bad[0]}: must be a str, got {rec[bad[0]]!r:.40}")
             records.append(rec["messages"] if method == "sft" else rec)
     if not records: raise ValueError(f"{path} holds no records")
     return records
@@ -527,28 +525,33 @@ def _start_model(args) -> tuple:
                          f"{tok.vocab_size} nor {chat_tok.vocab_size} with the chat tokens")
     return model, chat_tok
 
-def _fits(rows: list, context_length: int, source: str) -> list:
-    "Refuse a rendered conversation longer than the context (+1: the last token is only a target)."
+def _fits(rows: list, context_length: int, where) -> list:
+    "Refuse a rendered conversation longer than the context (+1: the last token is only a target); `where(n)` names it."
     for n, (ids, _) in enumerate(rows, 1):
         if len(ids) > context_length + 1:
-            raise ValueError(f"{source}, record {n}: {len(ids)} tokens do not fit context_length={context_length}")
+            raise ValueError(f"{where(n)}: {len(ids)} tokens do not fit context_length={context_length}")
     return rows
 
 # %% ../nbs/13_posttraining.ipynb #f4bb27e3
 def _finetune_data(args, model, chat_tok) -> list:
-    "Rendered SFT examples, or DPO pairs, from the book's tasks or the JSONL file; errors name the record."
-    text = train_val_split(load_tinyshakespeare())[1]
+    """Rendered SFT examples, or DPO pairs, from the book's tasks or the JSONL file; a bad record is refused with its
+    line in the file and its field (a DPO prompt alone first, then the prompt with each answer)."""
+    text, C = train_val_split(load_tinyshakespeare())[1], model.config.context_length
     if args.data == "tinyshakespeare":
-        if args.method == "sft": return _fits(sft_examples(text, chat_tok), model.config.context_length, args.data)
+        if args.method == "sft": return _fits(sft_examples(text, chat_tok), C, lambda n: f"{args.data}, record {n}")
         return preference_pairs(model, chat_tok, line_conversations(text)["train"],
                                 generator=torch.Generator().manual_seed(args.seed))
     records, rows = read_jsonl(args.data, args.method), []
-    for n, r in enumerate(records, 1):
-        convos = [r] if args.method == "sft" else [r["prompt"] + [{"role": "assistant", "content": r[k]}]
-                                                    for k in ("chosen", "rejected")]
-        try: rows += [render_chat(m, chat_tok) for m in convos]
-        except ValueError as e: raise ValueError(f"{args.data}, line {n}: {e}") from None
-    _fits(rows, model.config.context_length, args.data)
+    with open(args.data, encoding="utf-8") as fh: lines = [n for n, line in enumerate(fh, 1) if line.strip()]
+    for n, r in zip(lines, records, strict=True):  # read_jsonl skips blank lines: n is the line in the file
+        parts = {"messages": r} if args.method == "sft" else {"prompt": r["prompt"], **{
+            k: r["prompt"] + [{"role": "assistant", "content": r[k]}] for k in ("chosen", "rejected")}}
+        for field, messages in parts.items():
+            where = f"{args.data}, line {n}, field {field}"
+            try: ids, mask = render_chat(messages, chat_tok)
+            except ValueError as e: raise ValueError(f"{where}: {e}") from None
+            _fits([(ids, mask)], C, lambda _: where)  # noqa: B023 (called at once)
+            if field != "prompt": rows.append((ids, mask))
     return rows if args.method == "sft" else records
 
 # %% ../nbs/13_posttraining.ipynb #03e0eebb
@@ -561,12 +564,9 @@ def _finetune(args) -> int:
     reference = copy.deepcopy(model).eval()  # DPO's π_ref: the start model, frozen
     if args.lora_rank: apply_lora(model, rank=args.lora_rank, alpha=2.0 * args.lora_rank)
     lr = args.lr or (1e-3 if args.lora_rank else 3e-4 if args.method == "sft" else 1e-4)
-    g = torch.Generator().manual_seed(args.seed)
-    if args.method == "sft":
-        log = sft(model, data, steps=args.steps, batch_size=args.batch_size, lr=lr, generator=g)
-    else:
-        log = [r["loss"] for r in dpo(model, reference, chat_tok, data, beta=args.beta, steps=args.steps,
-                                      batch_size=args.batch_size, lr=lr, generator=g)]
+    kw = dict(steps=args.steps, batch_size=args.batch_size, lr=lr, generator=torch.Generator().manual_seed(args.seed))
+    log = sft(model, data, **kw) if args.method == "sft" else \
+        [r["loss"] for r in dpo(model, reference, chat_tok, data, beta=args.beta, **kw)]
     path = save_checkpoint(args.out, unwrap_lora(model), None, args.steps, tokenizer=chat_tok.base)
     card = write_model_card(path, data=args.data)
     extra = (f"\n## Fine-tuning (chapter 13)\n\n- `transformerbook finetune --method {args.method}` on "
