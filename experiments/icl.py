@@ -16,7 +16,8 @@ are paired), then the query. Each of the 4 candidates is "NAME:\\n<piece>", the 
 one forward pass: the "joint" score log P(NAME:\\n<piece> | demos) (chapter 11a's likelihood classifier) and the
 "channel" score log P(<piece> | demos, NAME:\\n), which leaves out the name's own prior (Min et al. 2022's noisy
 channel; a PMI-style score like 11a's calibrated one). A control at k = 8 shuffles the demonstrations' names (each
-demonstration gets the name of another, random demonstration; Min et al. 2022): if accuracy holds with wrong labels,
+demonstration gets the name of one of the k demonstrations drawn at random with replacement, possibly its own; a
+variant of Min et al. 2022's random labels): if accuracy holds with wrong labels,
 what the demonstrations teach is not the mapping from piece to name.
 Writes transformerbook/results/icl.json: accuracy with a 95% Wilson interval per k and score, chance and the
 most-frequent-speaker rate.

@@ -370,7 +370,7 @@ def _card_metrics(history: dict, data: str) -> list[str]:
     return ["## Metrics", "",
             f"- At step {history['steps'][-1]:,}: training loss {tl:.4f}, validation loss {vl:.4f} nats per token "
             f"(validation perplexity {math.exp(vl):.2f}).",
-            "- The validation split shares no 13-word sequence with the training split (GPT-3's contamination "
+            "- No validation speech shares a 13-word sequence with the training split (GPT-3's contamination "
             "test; chapter 11a)." if data == "tinyshakespeare" else
             "- Contamination between the splits has not been measured for this data."]
 

@@ -9,7 +9,8 @@ outgrown), (B, n_kv_heads, S, d_head) views of which each step extends. Its piec
 token per row (`host_to_device` takes its random numbers to a GPU without waiting for it). `beam_search(model,
 token_ids, max_new_tokens, num_beams, length_penalty)` keeps the $K$ best prefixes of one prompt (as Hugging Face's
 `num_beams`). `kv_cache_bytes` gives a cache's memory, `token_log_probs` reads the chain rule's terms from logits,
-`score_continuations` (on `encode_continuations`'s ids) and `perplexity` turn the model into a scorer (in nats),
+`score_continuations` (on `encode_continuations`'s ids, in nats) and `perplexity` (exp of the mean nats per token)
+turn the model into a scorer,
 `repeated_ngram_fraction` detects a generation stuck in a loop, and `self_bleu` measures how much several generations
 repeat one another.
 

@@ -455,7 +455,8 @@ def train(model: GPT, # trained in place (on its own device)
 def _read_losses(run, bar=None) -> None:
     """Read the step losses still on the device in one transfer (the step path's only host read), record them, show
     the last one, and raise `TrainingDivergedError` at the first that is not finite, saying where the last good
-    checkpoint is (its update, and every later one, was skipped on the device)."""
+    checkpoint is (its update was skipped on the device, as was that of every later step whose loss was not
+    finite)."""
     if not run.pending: return
     values = torch.stack(run.pending).tolist()  # one host read for up to log_interval steps
     run.pending.clear()
