@@ -7,8 +7,9 @@ the weights are those of one uninterrupted run; `interpret.induction_model()` is
 it records `interpret.induction_metrics`: validation
 loss, loss on the first and second copy of repeated text and of repeated random characters, and every head's
 previous-token, first-token, newline and induction scores. It does the same for the same run with the baby GPT's
-learning rate (1e-3 instead of 3e-3), in which no induction head forms; for the same budget with chapter 12's parts
-(`induction_configs("llama")`: RMSNorm, rotary positions, SwiGLU, 2 key/value heads); and it measures the cached
+learning rate (1e-3 instead of 3e-3), in which no induction head formed in the committed run (one seed); for the
+same budget with chapter 12's parts (`induction_configs("llama")`: RMSNorm, rotary positions, SwiGLU, 2 key/value
+heads); and it measures the cached
 baby GPT (`training.shakespeare_model("char")`) the same way, as the model trained on ordinary text only.
 
 Writes `transformerbook/results/induction.json`. The snapshots live in the model cache (`cache_dir()/models/

@@ -227,8 +227,8 @@ def induction_configs(style: str = "gpt2", # a key of INDUCTION_STYLES
                      ) -> tuple: # (GPTConfig, TrainConfig)
     """A 2-layer, 4-head, d_model 128, context-128 character model and the baby GPT's optimiser settings except a 3x
     larger learning rate and a longer run (AdamW, lr 3e-3 -> 3e-4 by a cosine over 3,000 steps, batch 12), to be
-    trained on `repeat_segment_batch` windows; with the baby's 1e-3 no induction head forms in 3,000 steps. The
-    cosine always ends at step 3,000, so a run with a smaller `max_iters` is the beginning of the full one.
+    trained on `repeat_segment_batch` windows; with the baby's 1e-3 none formed in 3,000 steps (the committed run, one
+    seed). The cosine always ends at step 3,000, so a run with a smaller `max_iters` is the beginning of the full one.
     style="llama" swaps in RMSNorm, rotary positions, SwiGLU and 2 key/value heads, without biases, with d_ff 408 so
     that the two models have the same number of weights to within 1%.
     `ValueError` for an unknown style."""
