@@ -34,6 +34,7 @@ from conftest import ROOT
 import explorers
 import figures
 import nb2myst
+from test_site import AXE, WITHOUT_CODE_JS
 
 pytestmark = pytest.mark.slow
 
@@ -244,26 +245,18 @@ def finish(page, root, name, base_url):
 
 # axe-core on a started live explorer (its text box, sliders, buttons and head canvases exist only then; the site test
 # reads each page before a reader scrolls there): WCAG 2.1 A/AA rules, serious or critical, with the page's code
-# blocks and formulas out of the document while it runs (axe builds its tree of the whole page: 4.4-5.0 s on 07 with
-# them), then put back.
-LIVE_AXE_JS = """async (root) => {
-  const held = [...document.querySelectorAll("main div.highlight, main mjx-container")].map(block => {
-    const stand_in = document.createElement(block.matches("mjx-container") ? "span" : "div");
-    block.replaceWith(stand_in);
-    return [stand_in, block];
-  });
-  try {
-    const tags = {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]};
-    const result = await axe.run(root, {runOnly: tags, resultTypes: ["violations"]});
-    return result.violations.filter(v => v.impact === "serious" || v.impact === "critical")
-      .map(v => ({id: v.id, n: v.nodes.length, first: v.nodes[0].target.join(" ")}));
-  } finally { held.forEach(([stand_in, block]) => stand_in.replaceWith(block)); }
-}"""
+# blocks and formulas out of the document while it runs (test_site's WITHOUT_CODE_JS; axe builds its tree of the
+# whole page: 4.4-5.0 s on 07 with them).
+LIVE_AXE_JS = "async (root) => (" + WITHOUT_CODE_JS + """)(async () => {
+  const tags = {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]};
+  const result = await axe.run(root, {runOnly: tags, resultTypes: ["violations"]});
+  return result.violations.filter(v => v.impact === "serious" || v.impact === "critical")
+    .map(v => ({id: v.id, n: v.nodes.length, first: v.nodes[0].target.join(" ")}));
+})"""
 
 
 def live_accessibility(page, root) -> list[dict]:
     "The serious and critical axe-core violations inside a started live explorer (`LIVE_AXE_JS`)."
-    from test_site import AXE
     page.add_script_tag(path=str(AXE))
     return root.evaluate(LIVE_AXE_JS)
 

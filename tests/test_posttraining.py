@@ -256,8 +256,9 @@ def tiny_checkpoint(tmp_path):
 
 
 def _jsonl(path, records) -> str:
+    "Write `records` one JSON object a line (None: a blank line); return the path."
     import json
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    path.write_text("".join("\n" if r is None else json.dumps(r) + "\n" for r in records))
     return str(path)
 
 
@@ -291,12 +292,7 @@ def test_cli_finetune_sft_then_dpo_on_jsonl(tmp_path, tiny_checkpoint, lora, cap
 ])
 def test_cli_finetune_refuses_a_malformed_file(tmp_path, tiny_checkpoint, records, message, capsys):
     from transformerbook.cli import main
-    _jsonl(tmp_path/"bad.jsonl", [r for r in records if r is not None])
-    if None in records:
-        lines = (tmp_path/"bad.jsonl").read_text().splitlines(keepends=True)
-        lines.insert(records.index(None), "\n")
-        (tmp_path/"bad.jsonl").write_text("".join(lines))
-    args = ["finetune", "--method", "sft", "--data", str(tmp_path/"bad.jsonl"), "--checkpoint",
+    args = ["finetune", "--method", "sft", "--data", _jsonl(tmp_path/"bad.jsonl", records), "--checkpoint",
             str(tiny_checkpoint), "--steps", "1", "--out", str(tmp_path/"out")]
     assert main(args) == 2
     assert message in capsys.readouterr().err
@@ -316,10 +312,8 @@ PAIR = {"prompt": [{"role": "user", "content": "as TRANIO: Sir"}], "chosen": " g
 def test_cli_finetune_names_the_line_and_field_of_a_bad_pair(tmp_path, tiny_checkpoint, bad, message, capsys):
     "A DPO file's errors name the line in the file (blank lines counted) and which part of the pair is at fault."
     from transformerbook.cli import main
-    path = tmp_path/"pairs.jsonl"
-    _jsonl(path, [PAIR, {**PAIR, **bad}])
-    path.write_text(path.read_text().replace("\n", "\n\n", 1))  # the bad pair is on line 3
-    args = ["finetune", "--method", "dpo", "--data", str(path), "--checkpoint", str(tiny_checkpoint), "--steps", "1",
+    path = _jsonl(tmp_path/"pairs.jsonl", [PAIR, None, {**PAIR, **bad}])  # the bad pair is on line 3
+    args = ["finetune", "--method", "dpo", "--data", path, "--checkpoint", str(tiny_checkpoint), "--steps", "1",
             "--out", str(tmp_path/"out")]
     assert main(args) == 2
     assert message in capsys.readouterr().err

@@ -54,6 +54,16 @@ AXE = ROOT / "site" / "node_modules" / "axe-core" / "axe.min.js"
 # Typeset formulas (`mjx-container`: MathJax's glyphs, from its one stylesheet; 5,536 of 14,574 nodes in 09) are
 # treated the same way at 1400 px: checked whole on the template pages (the sample chapter has inline and display
 # math), out of the page elsewhere (axe at 1400 px on the other 44 pages: 51.6 -> 38.9 s, 2026-11-27, unloaded).
+# An async function of `check`: each code block (formula) of `main` swapped for an empty div (span) while `check` runs,
+# then put back (shared with test_explorers' check of a started live explorer).
+WITHOUT_CODE_JS = """async check => {
+  const held = [...document.querySelectorAll("main div.highlight, main mjx-container")].map(block => {
+    const stand_in = document.createElement(block.matches("mjx-container") ? "span" : "div");
+    block.replaceWith(stand_in);
+    return [stand_in, block];
+  });
+  try { return await check(); } finally { held.forEach(([stand_in, block]) => stand_in.replaceWith(block)); }
+}"""
 AXE_START_JS = """([phone, template]) => {
   const tags = {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]};
   const serious = result => result.violations.filter(v => v.impact === "serious" || v.impact === "critical")
@@ -62,14 +72,7 @@ AXE_START_JS = """([phone, template]) => {
   const rules = values => ({type: "rule", values});
   const chrome = {exclude: [["article"]]};
   const own = {include: [["main"], ["#pst-secondary-sidebar"]], exclude: [["div.highlight"]]};
-  const withoutCode = async check => {  // each code block (formula) swapped for an empty div (span) while `check` runs
-    const held = [...document.querySelectorAll("main div.highlight, main mjx-container")].map(block => {
-      const stand_in = document.createElement(block.matches("mjx-container") ? "span" : "div");
-      block.replaceWith(stand_in);
-      return [stand_in, block];
-    });
-    try { return await check(); } finally { held.forEach(([stand_in, block]) => stand_in.replaceWith(block)); }
-  };
+  const withoutCode = """ + WITHOUT_CODE_JS + """;
   const desktop = () => template || !document.querySelector("main") ? run(document, tags)
                                                                       : withoutCode(() => run(own, tags));
   const narrow = async () => {

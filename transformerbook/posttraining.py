@@ -478,7 +478,8 @@ _JSONL_FIELDS = {"sft": ("messages",), "dpo": ("prompt", "chosen", "rejected")}
 
 def read_jsonl(path, # a JSONL file
                method: str, # "sft" (conversations) or "dpo" (preference pairs)
-              ) -> list: # [messages] for sft, [{"prompt", "chosen", "rejected"}] for dpo
+               numbered: bool = False, # pair each record with its line in the file (blank lines are skipped)
+              ) -> list: # [messages] for sft, [{"prompt", "chosen", "rejected"}] for dpo; [(line, record)] if numbered
     "Read a reader's data file. `ValueError` naming the line number and the field of the first bad record."
     check_choice("method", method, tuple(_JSONL_FIELDS))
     records = []
@@ -494,9 +495,9 @@ def read_jsonl(path, # a JSONL file
                 raise ValueError(f"{path}, line {n}, field {_JSONL_FIELDS[method][0]}: {e}") from None
             bad = [f for f in _JSONL_FIELDS[method][1:] if not isinstance(rec[f], str)]  # a pair's two answers
             if bad: raise ValueError(f"{path}, line {n}, field {bad[0]}: must be a str, got {rec[bad[0]]!r:.40}")
-            records.append(rec["messages"] if method == "sft" else rec)
+            records.append((n, rec["messages"] if method == "sft" else rec))
     if not records: raise ValueError(f"{path} holds no records")
-    return records
+    return records if numbered else [r for _, r in records]
 
 # %% ../nbs/13_posttraining.ipynb #134c0d9d
 def unwrap_lora(model: nn.Module) -> nn.Module:
@@ -541,9 +542,8 @@ def _finetune_data(args, model, chat_tok) -> list:
         if args.method == "sft": return _fits(sft_examples(text, chat_tok), C, lambda n: f"{args.data}, record {n}")
         return preference_pairs(model, chat_tok, line_conversations(text)["train"],
                                 generator=torch.Generator().manual_seed(args.seed))
-    records, rows = read_jsonl(args.data, args.method), []
-    with open(args.data, encoding="utf-8") as fh: lines = [n for n, line in enumerate(fh, 1) if line.strip()]
-    for n, r in zip(lines, records, strict=True):  # read_jsonl skips blank lines: n is the line in the file
+    records, rows = read_jsonl(args.data, args.method, numbered=True), []
+    for n, r in records:  # n: the record's line in the file
         parts = {"messages": r} if args.method == "sft" else {"prompt": r["prompt"], **{
             k: r["prompt"] + [{"role": "assistant", "content": r[k]}] for k in ("chosen", "rejected")}}
         for field, messages in parts.items():
@@ -552,7 +552,7 @@ def _finetune_data(args, model, chat_tok) -> list:
             except ValueError as e: raise ValueError(f"{where}: {e}") from None
             _fits([(ids, mask)], C, lambda _: where)  # noqa: B023 (called at once)
             if field != "prompt": rows.append((ids, mask))
-    return rows if args.method == "sft" else records
+    return rows if args.method == "sft" else [r for _, r in records]
 
 # %% ../nbs/13_posttraining.ipynb #03e0eebb
 def _finetune(args) -> int:
