@@ -5,6 +5,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
 import execute_nbs
+from conftest import ROOT
 
 
 def _write(path, *sources):
@@ -32,3 +33,16 @@ def test_in_place_a_failed_run_leaves_the_notebook_as_it_was(tmp_path, capsys):
     before = path.read_text()
     assert execute_nbs.main([str(path), "--inplace", "--workers", "1", "--timeout", "60"]) == 1
     assert path.read_text() == before and "left as it was" in capsys.readouterr().err
+
+
+def test_the_chapters_that_train_shared_models_start_first(tmp_path):
+    "A chapter of `TRAINS_FIRST` starts before the rest (in its order); a checker notebook of the same name does not."
+    root = tmp_path / "nbs"
+    (root / "checks").mkdir(parents=True)
+    names = ["00_notation.ipynb", "05b_word2vec.ipynb", "07_sampling.ipynb", "11_inside.ipynb", "11b_finetune.ipynb"]
+    paths = [_write(root / name, "1") for name in names] + [_write(root / "checks" / names[2], "1")]
+    srcs = execute_nbs.notebooks([str(path) for path in paths])
+    order = [s.relative_to(root).as_posix() for s in execute_nbs.queue(srcs, root)]
+    assert order == ["11_inside.ipynb", "07_sampling.ipynb", "11b_finetune.ipynb", "00_notation.ipynb",
+                     "05b_word2vec.ipynb", "checks/07_sampling.ipynb"]
+    assert all((ROOT / "nbs" / name).is_file() for name in execute_nbs.TRAINS_FIRST)  # the book's own chapters

@@ -276,3 +276,26 @@ def test_scaling_run_stopped_by_patience_is_finished_and_counts_its_tokens(tmp_p
     mtime = checkpoint.stat().st_mtime_ns
     assert scaling_run(model_cfg, train_cfg) == first  # finished: loaded, not resumed
     assert checkpoint.stat().st_mtime_ns == mtime
+
+
+def test_scaling_sweep_slice_reproduces(tmp_path, monkeypatch):
+    """experiments/scaling_sweep.py's slice (the smallest model of chapter 9's sweep, 300 steps), trained afresh in an
+    empty cache, gives the committed numbers; and the committed sweep is the one the chapter defines."""
+    from conftest import load_experiment
+    from transformerbook.data import load_result
+    from transformerbook.scaling import SWEEP, sweep_train_cfg
+    sweep = load_experiment("scaling_sweep")
+    record = load_result("scaling_sweep")
+    res = record["results"]
+    assert record["command"].startswith("python experiments/scaling_sweep.py") and record["seeds"] == [1337]
+    assert [r["shape"] for r in res["runs"]] == [list(shape) for shape in SWEEP]
+    assert res["train_config"] == sweep_train_cfg.to_dict() == {**res["train_config"], "seed": 1337}
+    assert res["slice"]["train_config"] == sweep.slice_train_cfg().to_dict()
+    monkeypatch.setenv("TRANSFORMERBOOK_CACHE", str(tmp_path))  # trained here, not read from a cached run
+    got = sweep.run_one(tuple(res["slice"]["shape"]), sweep.slice_train_cfg())
+    assert list(tmp_path.rglob("ckpt.pt")), "the slice was not trained in the empty cache"
+    for key in ("shape", "model", "n_params", "n_tokens", "flops"):
+        assert got[key] == res["slice"][key], key
+    for key in ("train_loss", "val_loss"):  # seeded, one thread: float order alone separates two machines
+        assert got[key] == pytest.approx(res["slice"][key], abs=0.01), key
+    assert all(a["val_loss"] > b["val_loss"] for a, b in zip(res["runs"], res["runs"][1:]))  # the chapter's L(N)

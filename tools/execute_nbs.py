@@ -23,6 +23,12 @@ from nbclient import NotebookClient
 # Kernels are started one at a time across the worker processes: two kernels started at the same moment could pick
 # the same free TCP ports, and one then sat idle with its client waiting (seen twice in `make book`, Session 5).
 START_LOCK = Path(tempfile.gettempdir()) / "transformerbook-kernel-start.lock"
+# Started before the others (in this order): the chapters that train a model into the cache that other chapters load.
+# A chapter that asks for a model another one is training waits for it on the run's lock, its core idle: in the
+# alphabetical order, 05b_word2vec waited 243 s for 07_sampling's character model (a cold `make book`, 2026-11-27).
+# The longest goes first: 11_inside trains the induction model (436 s), 07_sampling the character model (230 s; 05b,
+# 08, 11b, 13 and the live page load it), 11b_finetune the masked model (241 s).
+TRAINS_FIRST = ("11_inside.ipynb", "07_sampling.ipynb", "11b_finetune.ipynb")
 
 
 def notebooks(paths: list[str]) -> list[Path]:
@@ -36,6 +42,13 @@ def notebooks(paths: list[str]) -> list[Path]:
         else:
             raise SystemExit(f"error: {p} is not a notebook or a folder")
     return sorted(found)
+
+
+def queue(srcs: list[Path], root: Path) -> list[Path]:
+    "`srcs` in the order they start: `root`'s `TRAINS_FIRST` chapters first, the rest as given (a stable sort)."
+    rank = {name: k for k, name in enumerate(TRAINS_FIRST)}
+    first = lambda src: rank.get(src.name, len(rank)) if src.resolve().parent == root.resolve() else len(rank)
+    return sorted(srcs, key=first)
 
 
 def drop_profiler_chatter(nb) -> None:
@@ -100,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
     args = ap.parse_args(argv)
 
-    srcs = notebooks(args.paths)
+    srcs = queue(notebooks(args.paths), args.root)
     dsts = [s if args.inplace else args.out / s.resolve().relative_to(args.root.resolve()) for s in srcs]
     failed = []
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:

@@ -17,7 +17,8 @@ loss-minimising (n_params, n_tokens) for a budget; `HOFFMANN_2022` and `BESIROGL
 `fit_power_law(x, losses)` returns (x_c, alpha) by least squares in log-log space and `fit_chinchilla(n_params,
 n_tokens, losses)` a `ChinchillaLaw` by Hoffmann et al.'s Huber fit of log-losses. `scaling_run(model_cfg,
 train_cfg)` trains one GPT on character-level TinyShakespeare (cached) and returns its N, D, its exact training
-FLOPs C and its losses.
+FLOPs C and its losses; `SWEEP`, `sweep_model_cfg(n_layers, d_model, n_heads)` and `sweep_train_cfg` define the
+chapter's five-model sweep, which `experiments/scaling_sweep.py` runs.
 
 Docs: https://transformerbook.github.io/transformerbook/scaling.html.md"""
 
@@ -40,9 +41,9 @@ from .validation import check_in_interval, check_instance, check_positive_ints
 from .validation import check_positive_number
 
 # %% auto #0
-__all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CHINCHILLA_INITS', 'count_params',
-           'flops_per_token', 'training_flops', 'power_law', 'ChinchillaLaw', 'fit_power_law', 'fit_chinchilla',
-           'scaling_run']
+__all__ = ['PF_DAY_FLOPS', 'KAPLAN_2020', 'HOFFMANN_2022', 'BESIROGLU_2024', 'CHINCHILLA_INITS', 'SWEEP', 'sweep_train_cfg',
+           'count_params', 'flops_per_token', 'training_flops', 'power_law', 'ChinchillaLaw', 'fit_power_law',
+           'fit_chinchilla', 'scaling_run', 'sweep_model_cfg']
 
 # %% ../nbs/09_scaling.ipynb #e51760e4
 def count_params(model_cfg: GPTConfig, # any GPTConfig; the model is never built
@@ -270,3 +271,14 @@ def scaling_run(model_cfg: GPTConfig, # the model; vocab_size must be the charac
     history = ckpt["history"]
     return {"n_params": n_params, "n_tokens": n_tokens, "flops": model_flops_per_token(model_cfg) * n_tokens,
             "train_loss": history["train_loss"][-1], "val_loss": history["val_loss"][-1]}
+
+# %% ../nbs/09_scaling.ipynb #db42544d
+# Chapter 9's L(N) sweep (experiments/scaling_sweep.py runs it): (n_layers, d_model, n_heads) of each model
+SWEEP = [(1, 32, 2), (2, 48, 4), (3, 64, 4), (4, 96, 4), (4, 128, 4)]
+sweep_train_cfg = TrainConfig(max_iters=1500, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
+                              lr_decay_iters=1500, eval_interval=1500, eval_iters=50)
+
+def sweep_model_cfg(n_layers: int, d_model: int, n_heads: int) -> GPTConfig:
+    "One model of `SWEEP`: chapter 8's baby GPT recipe (character vocabulary, context 64, no dropout) at this shape."
+    return GPTConfig(vocab_size=65, context_length=64, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
+                     dropout=0.0, fused=True)
