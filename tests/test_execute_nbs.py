@@ -43,6 +43,6 @@ def test_the_chapters_that_train_shared_models_start_first(tmp_path):
     paths = [_write(root / name, "1") for name in names] + [_write(root / "checks" / names[2], "1")]
     srcs = execute_nbs.notebooks([str(path) for path in paths])
     order = [s.relative_to(root).as_posix() for s in execute_nbs.queue(srcs, root)]
-    assert order == ["11_inside.ipynb", "07_sampling.ipynb", "11b_finetune.ipynb", "00_notation.ipynb",
+    assert order == ["07_sampling.ipynb", "11b_finetune.ipynb", "11_inside.ipynb", "00_notation.ipynb",
                      "05b_word2vec.ipynb", "checks/07_sampling.ipynb"]
     assert all((ROOT / "nbs" / name).is_file() for name in execute_nbs.TRAINS_FIRST)  # the book's own chapters

@@ -23,12 +23,13 @@ from nbclient import NotebookClient
 # Kernels are started one at a time across the worker processes: two kernels started at the same moment could pick
 # the same free TCP ports, and one then sat idle with its client waiting (seen twice in `make book`, Session 5).
 START_LOCK = Path(tempfile.gettempdir()) / "transformerbook-kernel-start.lock"
-# Started before the others (in this order): the chapters that train a model into the cache that other chapters load.
-# A chapter that asks for a model another one is training waits for it on the run's lock, its core idle: in the
-# alphabetical order, 05b_word2vec waited 243 s for 07_sampling's character model (a cold `make book`, 2026-11-27).
-# The longest goes first: 11_inside trains the induction model (436 s), 07_sampling the character model (230 s; 05b,
-# 08, 11b, 13 and the live page load it), 11b_finetune the masked model (241 s).
-TRAINS_FIRST = ("11_inside.ipynb", "07_sampling.ipynb", "11b_finetune.ipynb")
+# Started before the others, in this order: the chapters that train a model into the cache that other chapters load.
+# A chapter that asks for a model another one is training waits for it on the run's lock, its core idle. In the
+# alphabetical order, 05b_word2vec waited 243 s for 07_sampling's character model (a cold `make book`, 2026-11-27);
+# with 11_inside first, 11_inside waited 246 s for it (its first slow cell shows the baby GPT's heads). So 07_sampling
+# (the character model, 240 s; 05b, 08, 11, 11b, 13 and the live page load it) goes first, 11b_finetune (the masked
+# model, 259 s, then the character model) beside it, and 11_inside (the induction model, 466 s) next.
+TRAINS_FIRST = ("07_sampling.ipynb", "11b_finetune.ipynb", "11_inside.ipynb")
 
 
 def notebooks(paths: list[str]) -> list[Path]:
