@@ -279,6 +279,8 @@ sweep_train_cfg = TrainConfig(max_iters=1500, batch_size=12, learning_rate=1e-3,
                               lr_decay_iters=1500, eval_interval=1500, eval_iters=50)
 
 def sweep_model_cfg(n_layers: int, d_model: int, n_heads: int) -> GPTConfig:
-    "One model of `SWEEP`: chapter 8's baby GPT recipe (character vocabulary, context 64, no dropout) at this shape."
+    """One model of `SWEEP`: chapter 8's baby GPT recipe (character vocabulary of 65, context 64, no dropout) at this
+    shape, the three growing together as in Kaplan et al. (2020)'s sweeps. Raises `ValueError` (from `GPTConfig`) for a
+    shape it rejects, such as a d_model that n_heads does not divide."""
     return GPTConfig(vocab_size=65, context_length=64, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
                      dropout=0.0, fused=True)
