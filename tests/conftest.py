@@ -72,11 +72,13 @@ def make_sample_chapter():
 
 # `make test` runs pytest in several processes (pytest-xdist, `-n $(WORKERS) --dist loadgroup --no-loadscope-reorder`).
 # Each test module stays in one process, so its module fixtures are built once and tests that share a resource
-# (torchrun's ports, a cached model being trained) never run side by side. The two longest modules, the site's and the
-# explorers', are queued first, so each process starts with one of them and the short modules fill in after, in
-# collection order. Each builds the site for itself (`book`, about 30 s): on two cores, one group for both ran 610 s of
-# tests in one process while the other had 500 s (pytest 696 s); as two groups queued first, 648 s (2026-11-27).
-LONGEST_FIRST = ("test_site", "test_explorers")
+# (torchrun's ports, a cached model being trained) never run side by side. The longest modules are queued first, in
+# this order, and the short ones fill in after, in collection order. The site's starts in one process and builds the
+# site (`book`, 49 s unloaded) that the explorers' reads too; the other process starts with the torchrun tests, which
+# need no site, and takes the explorers' next, by when the site is built (queued second, the explorers' waited 41-49 s
+# for it on the lock). Before the site was shared each process built its own: pytest 750 s; shared, 649 s
+# (2026-11-28, 2 cores).
+LONGEST_FIRST = ("test_site", "test_distributed", "test_explorers")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -135,7 +137,17 @@ def chrome():
 
 
 @pytest.fixture(scope="session")
-def book(tmp_path_factory):
-    "The whole book's site, built once per session (test_site.build_book): (output folder, page names, nbs folder)."
+def book(tmp_path_factory, worker_id):
+    """The whole book's site (test_site.build_book): (output folder, page names, nbs folder), built once per run. Under
+    xdist the first worker to ask builds it in the folder all workers share and the other waits on a file lock (the
+    pattern pytest-xdist documents): each worker built its own before, 49 s unloaded, twice on the two cores.
+    Tests read the site and never write into it."""
     import test_site
-    return test_site.build_book(tmp_path_factory)
+    if worker_id == "master": return test_site.build_book(tmp_path_factory.mktemp("site"))
+    from filelock import FileLock
+    shared = tmp_path_factory.getbasetemp().parent  # one per run, the parent of each worker's own
+    with FileLock(shared/"book.lock"):
+        if not (shared/"book"/"built").is_file():
+            test_site.build_book(shared/"book")
+            (shared/"book"/"built").touch()  # a failed build leaves no mark: the next worker tries again
+    return test_site.build_book(shared/"book", build=False)
