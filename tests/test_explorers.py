@@ -763,23 +763,6 @@ def test_widget_code_is_folded_on_the_site(site):
         assert "interact" in cell and "<details" in cell, f"{name}: the widget cell is not folded before the explorer"
 
 
-def test_figures_are_numbered_with_captions_and_alt_text(site, chrome, base_url):
-    """On the built pages every image in the text is a figure numbered by its chapter (Figure 7.2) whose alt text is
-    not a file name."""
-    page = chrome.new_page()
-    for stem in (s for n, s in CHAPTERS.items() if n != "inside"):  # 11 is here for its live explorer only
-        page.goto(f"{base_url}/{stem}.html", wait_until="load")
-        images = page.evaluate("""() => [...document.querySelectorAll('article img')].map(i => ({
-            alt: i.alt, src: i.getAttribute('src'),
-            number: i.closest('figure')?.querySelector('.caption-number')?.textContent}))""")
-        assert images, stem
-        for img in images:
-            assert img["alt"] and "/" not in img["alt"] and not img["alt"].endswith((".png", ".svg")), (stem, img)
-            chapter = f"{int(stem[:2])}{stem[2] if stem[2].isalpha() else ''}"  # 05a_tokenization -> 5a
-            assert re.fullmatch(rf"Figure {chapter}\.\d+\s*", img["number"] or ""), (stem, img)
-    page.close()
-
-
 def test_explorers_work_from_file_urls(site, chrome):
     "Opened straight from disk, every explorer starts (its data comes in a script, not a fetch) and announces changes."
     page = chrome.new_page()

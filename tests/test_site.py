@@ -87,7 +87,8 @@ AXE_START_JS = """([phone, template]) => {
 # Each plot or figure image in the article: its file, the pixels it holds and the CSS pixels it is shown at.
 IMAGES_JS = """() => [...document.querySelectorAll("article img")].filter(i => i.getBoundingClientRect().width > 0)
   .map(i => ({src: i.currentSrc.split("/").pop().slice(-60), natural: i.naturalWidth,
-              shown: i.getBoundingClientRect().width}))"""
+              shown: i.getBoundingClientRect().width, alt: i.alt,
+              number: i.closest("figure")?.querySelector(".caption-number")?.textContent ?? null}))"""
 PROSE_JS = """el => { const c = el.cloneNode(true);
   c.querySelectorAll("pre, div.highlight, mjx-container").forEach(n => n.remove());
   return c.textContent; }"""
@@ -587,6 +588,21 @@ def test_every_plot_is_sharp(visited):
                     blurry.setdefault(f"{name} at {width} px", []).append(
                         f"{img['src']}: {img['natural']} px shown at {img['shown']:.0f}")
     assert not blurry, f"plots below {SHARPNESS}x their displayed width: {blurry}"
+
+
+def test_every_chapter_image_is_a_numbered_figure_with_alt_text(visited):
+    """On every chapter page each image in the text is a figure numbered by its chapter (Figure 7.2, Figure 5a.1)
+    whose alt text is words, not a file name ("1/√L" and "nats/char" are fine). (The synthetic 99 chapters are left out:
+    their plot has no caption.)"""
+    shown = 0
+    for name, seen in visited.items():
+        chapter = re.fullmatch(r"(\d\d)([a-z]?)_\w+", name)
+        if not chapter or name.startswith("99"): continue
+        for img in seen["images"]:
+            shown += 1
+            assert img["alt"].strip() and not re.fullmatch(r"\S*[./]\S*", img["alt"]), (name, img)  # words, no path
+            assert re.fullmatch(rf"Figure {int(chapter[1])}{chapter[2]}\.\d+\s*", img["number"] or ""), (name, img)
+    assert shown > 20, shown  # the chapters' plots and diagrams were found
 
 
 def test_no_request_leaves_the_site(visited, browser):
