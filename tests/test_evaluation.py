@@ -113,28 +113,6 @@ def test_tasks_are_built_from_the_given_text_only(text):
     assert [len(speeches(t)) for t in (val, text)] == [920, 7097]
 
 
-@pytest.mark.slow
-def test_the_book_model_beats_chance_on_the_cloze_only(text):
-    from transformerbook.training import shakespeare_model
-    model, tok = shakespeare_model("char", progress=False)
-    _, val = train_val_split(text)
-    acc = {}
-    for name, build in (("next", next_line_task), ("speaker", speaker_task), ("cloze", cloze_task)):
-        items = build(val)
-        pred = classify_by_likelihood(model, tok, [i["prompt"] for i in items], [i["candidates"] for i in items])
-        acc[name] = accuracy_with_ci(pred, [i["answer"] for i in items])
-    assert acc["cloze"]["low"] > 0.25
-    assert acc["next"]["low"] < 0.25 < acc["next"]["high"] and acc["speaker"]["low"] < 0.25 < acc["speaker"]["high"]
-    items = next_line_task(val, n_examples=400, candidate_chars=16, previous_line_within=47)  # chapter 11a's control
-    prompts, cands = [i["prompt"] for i in items], [i["candidates"] for i in items]
-    answers = [i["answer"] for i in items]
-    cond = candidate_log_likelihoods(model, tok, prompts, cands)
-    alone = candidate_log_likelihoods(model, tok, ["\n"] * len(items), cands)
-    pmi = accuracy_with_ci([int((c - a).argmax()) for c, a in zip(cond, alone)], answers)
-    summed = accuracy_with_ci([int(c.argmax()) for c in cond], answers)
-    assert pmi["low"] > 0.25 and summed["low"] < 0.25 < summed["high"]  # what the chapter says of the control
-
-
 def test_length_matched_next_line_items(text):
     _, val = train_val_split(text)
     items = next_line_task(val, n_examples=100, seed=2, candidate_chars=16, previous_line_within=47)
