@@ -119,61 +119,48 @@ def test_torch_options_use_a_local_wheel_else_pytorchs_cpu_index(tmp_path, monke
     assert torch_index.torch_options(lock, "darwin") == []  # PyPI's torch is the lock's there
 
 
-def test_make_test_keeps_each_module_in_one_process_and_starts_the_longest_first(tmp_path):
-    """`make test`'s pytest options with this repository's grouping hook (tests/conftest.py): every test of a module
-    runs in one process; the first two of `LONGEST_FIRST` start at once, one in each process, and the third goes to
-    the second process (the explorers' tests, after the torchrun tests, beside the site's). The groups failed silently
-    twice: with the hook running after xdist's, and with pytest 9.2 (pytest-xdist#1386)."""
+def test_make_test_groups_each_module_starts_the_longest_first_and_builds_the_site_once(tmp_path):
+    """`make test`'s pytest options with this repository's conftest (tests/conftest.py), on stand-in test modules:
+    every test of a module runs in one process; the first two of `LONGEST_FIRST` start at once, one in each process,
+    and the third goes to the second process (the explorers' tests, after the torchrun tests, beside the site's). The
+    site is built once: a stand-in `test_site.build_book` logs each call and takes a second; the site's process builds
+    it, the explorers' waits on conftest's lock, and both read the same folder. The groups failed silently twice: with
+    the hook running after xdist's, and with pytest 9.2 (pytest-xdist#1386). One pytest run checks both (each run
+    starts three processes: 7-8 s)."""
     options = re.search(r"-m pytest -q (.*) --junitxml", (ROOT / "Makefile").read_text()).group(1)
     assert options == "-n $(WORKERS) --dist loadgroup --no-loadscope-reorder", options
-    (tmp_path / "conftest.py").write_text(
-        "import importlib.util\n"
-        f"spec = importlib.util.spec_from_file_location('book_conftest', {str(ROOT / 'tests' / 'conftest.py')!r})\n"
-        "book = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(book)\n"
-        "pytest_collection_modifyitems = book.pytest_collection_modifyitems\n")
-    for module in ("test_a", "test_b", "test_distributed", "test_explorers", "test_site"):  # collected in this order
-        (tmp_path / f"{module}.py").write_text(
-            "import os, time, pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_x(i):\n"
-            f"    time.sleep({0.5 if module == 'test_site' else 0.05})\n"  # the site's is the longest by far
-            f"    with open({str(tmp_path / 'ran.txt')!r}, 'a') as f: "
-            f"f.write('{module} ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           *options.replace("$(WORKERS)", "2").split(), str(tmp_path)],
-                          capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    ran = [line.split() for line in (tmp_path / "ran.txt").read_text().splitlines()]
-    workers = {module: {w for m, w in ran if m == module} for module, _ in ran}
-    assert len(ran) == 30 and all(len(w) == 1 for w in workers.values()), workers
-    first = {w: m for m, w in reversed(ran)}  # the module each process started with
-    assert sorted(first.values()) == ["test_distributed", "test_site"], ran[:4]  # the first two, side by side
-    assert workers["test_site"] != workers["test_distributed"] == workers["test_explorers"], workers
-    assert [m for m, _ in ran if m != "test_site"][:12] == ["test_distributed"] * 6 + ["test_explorers"] * 6, ran
-
-
-def test_the_workers_build_the_site_once_and_share_it(tmp_path):
-    """conftest's `book` under `make test`'s two workers: one builds the site (a stand-in `test_site.build_book` that
-    logs each call and takes a second), the other waits on the lock and reads the same folder."""
     (tmp_path / "conftest.py").write_text(
         "import importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('book_conftest', {str(ROOT / 'tests' / 'conftest.py')!r})\n"
         "book_conftest = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(book_conftest)\n"
         "pytest_collection_modifyitems = book_conftest.pytest_collection_modifyitems\n"
         "book = book_conftest.book\n")
-    log = tmp_path / "log.txt"
-    (tmp_path / "test_site.py").write_text(
-        "import os, time\n"
-        "def build_book(tmp, build=True):\n"
-        f"    with open({str(log)!r}, 'a') as f:\n"
-        "        f.write(f'build={build} ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
-        "    if build: time.sleep(1); (tmp / '_site').mkdir(parents=True)\n"
-        "    return tmp / '_site', ['index'], tmp / 'nbs'\n"
-        "def test_site(book):\n"
-        "    assert book[0].is_dir()\n"
-        f"    with open({str(log)!r}, 'a') as f: f.write('read ' + str(book[0]) + '\\n')\n")
-    (tmp_path / "test_explorers.py").write_text("from test_site import test_site as test_explorers\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
-                           "loadgroup", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
+    ran, log = tmp_path / "ran.txt", tmp_path / "log.txt"
+    for module in ("test_a", "test_b", "test_distributed", "test_explorers", "test_site"):  # collected in this order
+        uses_site = module in ("test_explorers", "test_site")
+        (tmp_path / f"{module}.py").write_text(
+            "import os, time, pytest\n"
+            "def build_book(tmp, build=True):\n"
+            f"    with open({str(log)!r}, 'a') as f:\n"
+            "        f.write(f'build={build} ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+            "    if build: time.sleep(1); (tmp / '_site').mkdir(parents=True)\n"
+            "    return tmp / '_site', ['index'], tmp / 'nbs'\n"
+            f"@pytest.mark.parametrize('i', range(6))\ndef test_x(i{', book' if uses_site else ''}):\n"
+            f"    time.sleep({0.5 if module == 'test_site' else 0.05})\n"  # the site's is the longest by far
+            f"    with open({str(ran)!r}, 'a') as f: f.write('{module} ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+            + (f"    with open({str(log)!r}, 'a') as f: f.write('read ' + str(book[0]) + '\\n')\n"
+               if uses_site else ""))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *options.replace("$(WORKERS)", "2").split(), str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
+    ran = [line.split() for line in ran.read_text().splitlines()]
+    workers = {module: {w for m, w in ran if m == module} for module, _ in ran}
+    assert len(ran) == 30 and all(len(w) == 1 for w in workers.values()), workers
+    first = {w: m for m, w in reversed(ran)}  # the module each process started with
+    assert sorted(first.values()) == ["test_distributed", "test_site"], ran[:4]  # the first two, side by side
+    assert workers["test_site"] != workers["test_distributed"] == workers["test_explorers"], workers
+    assert [m for m, _ in ran if m != "test_site"][:12] == ["test_distributed"] * 6 + ["test_explorers"] * 6, ran
     lines = log.read_text().splitlines()
     builds = [line for line in lines if line.startswith("build=True")]
     reads = {line for line in lines if line.startswith("read ")}
