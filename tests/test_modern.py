@@ -282,6 +282,16 @@ def test_gpt2_init_scales_residual_projections_for_every_mlp():
     assert abs(std(block.mlp.proj.weight) - 0.02 / 10) < 0.001 and block.ln_1.weight.eq(1).all()
 
 
+def test_gpt2_init_skips_only_a_module_wholly_on_the_meta_device():
+    "Shapes only: nothing is drawn (the count is the same); a module with any real weight is still initialised."
+    with torch.device("meta"):
+        model = GPT(GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=4, n_layers=2))
+    assert gpt2_init(model, 2) is model and model.n_params() == 10 * 16 + 8 * 16 + model.n_params(non_embedding=True)
+    mixed = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4, device="meta"))
+    torch.nn.init.constant_(mixed[0].weight, 5.0)
+    assert gpt2_init(mixed, 1)[0].weight.abs().max() < 1  # drawn again from N(0, 0.02²)
+
+
 def test_blocks_take_keyword_arguments_only_after_n_heads():
     with pytest.raises(TypeError): TransformerBlock(16, 4, 64)
     assert TransformerBlock(16, 4, d_ff=64, normalization="rms", activation="swiglu",

@@ -134,7 +134,7 @@ def gpt2_init(module: nn.Module, # a GPT, or a part of one (e.g. an MoE layer) b
     the stream's variance does not grow with depth. Norm gains keep their 1. `ValueError` for an n_layers that is not
     a positive int. Weights on the meta device (shapes only, no values) are left as they are."""
     check_positive_int("n_layers", n_layers)
-    if any(p.is_meta for p in module.parameters()): return module  # nothing to draw; counting parameters 3.5x faster
+    if all(p.is_meta for p in module.parameters()): return module  # nothing to draw; counting parameters 3.5x faster
     def init(m: nn.Module) -> None:
         if isinstance(m, (nn.Linear, nn.Embedding)): nn.init.normal_(m.weight, mean=0.0, std=0.02)
         if isinstance(m, nn.Linear) and m.bias is not None: nn.init.zeros_(m.bias)
