@@ -41,8 +41,9 @@ AXE = ROOT / "site" / "node_modules" / "axe-core" / "axe.min.js"
 # Started by `start_accessibility`; `accessibility` awaits the promise it leaves on the page. What differs from page
 # to page is checked on every page, what all pages share (the header, the chapter list in the left sidebar, the
 # footer: one template) on every `PHONE_TEMPLATE_EVERY`-th page only. At 1400 px: every rule on the page's own parts,
-# `main` (the article, its breadcrumbs and previous/next links) and the "on this page" sidebar, and on the whole page
-# where `template`. At 400 px the article is the same DOM in another layout, so only what the width can change is
+# `main` (the article, its breadcrumbs and previous/next links) and the "on this page" sidebar (text contrast only on
+# text whose colours no earlier page showed, `CONTRAST_MARK_JS`), and on the whole page where `template`. At 400 px
+# the article is the same DOM in another layout, so only what the width can change is
 # checked again: which regions scroll sideways, on every page (that depends on each page's content), and, where
 # `template`, every rule on the chrome outside the article (header buttons, drawers, their colours, which change with
 # the width; the article's colours come from one stylesheet at every width). (Contrast is over half of axe's time.)
@@ -83,7 +84,46 @@ FLAT_CODE_JS = """async check => {
   if (scrolling() !== before) restore();
   try { return await check(); } finally { restore(); }
 }"""
-AXE_START_JS = """([phone, template]) => {
+# At 1400 px, on the pages not checked whole, text contrast is checked only on the text whose colours an earlier page
+# has not shown: what axe's color-contrast rule computes for a text depends on its colour, its size and weight (the
+# large-text threshold), its shadow, and the backgrounds, opacities, filters and blend modes beneath it, so a text
+# with a key seen before (on a page that passed) would pass again. (Text over an element that is not its ancestor is
+# "needs review" in axe, not a violation.) Each text-bearing element of the page's own parts (code blocks and formulas
+# aside: out of the page there) gets its key; the new ones are marked `data-tb-contrast`, the one selector the rule
+# then checks. With `seen` null every text is checked. The keys are left in `window.__contrastKeys`.
+# (axe at 1400 px on all 50 pages of nbs/: 75.5 -> 64.8 s, two runs each, unloaded, 2026-11-28, of which 3 s are the
+# keys; 174 keys in the whole book, most of them new on its first few pages.)
+CONTRAST_MARK_JS = """seen => {
+  const known = new Set(seen ?? []), keys = new Set(), fresh = [], memo = new Map();
+  const css = e => { if (!memo.has(e)) memo.set(e, getComputedStyle(e)); return memo.get(e); };
+  const beneath = new Map();  // each ancestor's backgrounds down to the first opaque one, and every effect above it
+  const under = e => {
+    if (!e) return "";
+    if (!beneath.has(e)) {
+      const s = css(e), opaque = /^rgb\\(/.test(s.backgroundColor) && s.backgroundImage === "none";
+      beneath.set(e, [s.backgroundColor, s.backgroundImage, s.opacity, s.filter, s.mixBlendMode, s.backdropFilter]
+        .join("|") + ">" + (opaque ? effects(e.parentElement) : under(e.parentElement)));
+    }
+    return beneath.get(e);
+  };
+  const effects = e => !e ? "" : [css(e).opacity, css(e).filter, css(e).mixBlendMode].join("|") + ">"
+    + effects(e.parentElement);
+  for (const root of document.querySelectorAll("main, #pst-secondary-sidebar"))
+    for (const el of [root, ...root.querySelectorAll("*")]) {
+      if (el.closest("div.highlight, mjx-container")) continue;
+      const control = el.matches("input, select, textarea, button");
+      if (!control && ![...el.childNodes].some(n => n.nodeType === Node.TEXT_NODE && n.textContent.trim())) continue;
+      const s = css(el);
+      const key = [control ? el.tagName + ":" + el.type : "", s.color, s.fontSize, s.fontWeight, s.textShadow,
+                   s.webkitTextFillColor, s.webkitTextStroke, under(el)].join("/");
+      keys.add(key);
+      if (seen && !known.has(key)) { fresh.push(el); el.setAttribute("data-tb-contrast", ""); }
+    }
+  window.__contrastKeys = [...keys];
+  if (seen) axe.configure({rules: [{id: "color-contrast", selector: "[data-tb-contrast]"}]});
+  return () => { fresh.forEach(el => el.removeAttribute("data-tb-contrast")); axe.reset(); };
+}"""
+AXE_START_JS = """([phone, template, seen]) => {
   const tags = {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]};
   const serious = result => result.violations.filter(v => v.impact === "serious" || v.impact === "critical")
     .map(v => ({id: v.id, impact: v.impact, n: v.nodes.length, first: v.nodes[0].target.join(" ")}));
@@ -92,8 +132,12 @@ AXE_START_JS = """([phone, template]) => {
   const chrome = {exclude: [["article"]]};
   const own = {include: [["main"], ["#pst-secondary-sidebar"]], exclude: [["div.highlight"]]};
   const withoutCode = """ + WITHOUT_CODE_JS + """;
-  const desktop = () => template || !document.querySelector("main") ? run(document, tags)
-                                                                      : withoutCode(() => run(own, tags));
+  const contrastMark = """ + CONTRAST_MARK_JS + """;
+  const desktop = () => template || !document.querySelector("main") ? (contrastMark(null), run(document, tags))
+    : withoutCode(async () => {
+      const unmark = contrastMark(seen);
+      try { return await run(own, tags); } finally { unmark(); }
+    });
   const flatCode = """ + FLAT_CODE_JS + """;
   const narrow = () => flatCode(async () => {
     const found = await run(document, rules(["scrollable-region-focusable"]));
@@ -227,14 +271,20 @@ FACTS_JS = """() => {
 }"""
 
 
-def start_accessibility(page, phone: bool = False, template: bool = True) -> None:
+def start_accessibility(page, phone: bool = False, template: bool = True, contrast_seen: set | None = None) -> None:
     """Start axe-core on the page as it is now: WCAG 2.1 A/AA rules, on the page's own parts (`main` and the "on this
     page" sidebar) or, if `template`, the whole page; at phone width, scrolling regions on the whole page and, if
-    `template`, every other rule outside the article (see `AXE_START_JS`).
-    `accessibility(page)` collects what it finds."""
+    `template`, every other rule outside the article (see `AXE_START_JS`). At 1400 px on a page that is not a
+    `template` page, with `contrast_seen` (keys from `contrast_keys` of pages already checked), text contrast only on
+    text with a new key (see `CONTRAST_MARK_JS`). `accessibility(page)` collects what it finds."""
     assert AXE.is_file(), f"{AXE} is missing: run `python tools/fetch_mathjax.py` (needs npm)"
     page.add_script_tag(path=str(AXE))
-    page.evaluate(AXE_START_JS, [phone, template])
+    page.evaluate(AXE_START_JS, [phone, template, None if contrast_seen is None else sorted(contrast_seen)])
+
+
+def contrast_keys(page) -> set[str]:
+    "The contrast keys of the text the 1400 px axe run on `page` saw (checked: what was new, or all of it)."
+    return set(page.evaluate("() => window.__contrastKeys"))
 
 
 def accessibility(page) -> list[dict]:
@@ -261,7 +311,7 @@ def visited(book, base_url, browser):
     that wait saved about 4 of the 43 s the second loads cost (2026-11-28)."""
     out, pages, _ = book
     if SCREENSHOTS: SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page, seen, template = browser.new_page(), {}, template_pages(pages)
+    page, seen, template, contrast_seen = browser.new_page(), {}, template_pages(pages), set()
     errors = []
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -277,8 +327,9 @@ def visited(book, base_url, browser):
                       **page.evaluate(FACTS_JS), "errors": list(errors)}
         if SCREENSHOTS:  # the top (full pages take ~10 s)
             page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '_')}-1400.png")
-        start_accessibility(page, template=name in template)
+        start_accessibility(page, template=name in template, contrast_seen=contrast_seen)
         seen[name]["axe"], seen[name]["images"] = accessibility(page), page.evaluate(IMAGES_JS)
+        contrast_seen |= contrast_keys(page)
         seen[name]["code"] = page.evaluate(CODE_JS)  # unfolds the folded cells: after FACTS_JS and axe
     page.set_viewport_size(PHONE)
     for name in pages:
@@ -578,24 +629,38 @@ def test_the_accessibility_check_finds_planted_violations(browser):
     formulas are not checked (every page but the template pages). At 400 px, where both boxes scroll sideways and
     cannot be reached with the keyboard, it finds both (the highlighted one with its tokens merged, `FLAT_CODE_JS`),
     and the header's faint line and button where the chrome is checked (the article's line and button are the DOM
-    checked at 1400 px). After each run the article is as it was, tokens included."""
+    checked at 1400 px). After each run the article is as it was, tokens included, and nothing is left marked.
+    Contrast keys (`CONTRAST_MARK_JS`): with every key of this page seen before, the faint line is not checked again
+    (the button still is); with the keys of the same page with that line dark, its key is new and it is found."""
     page = browser.new_page()
+    page.set_content(PLANTED.replace("#cfcfcf", "#333333"))
+    start_accessibility(page, template=False)
+    accessibility(page)
+    dark_line = contrast_keys(page)
     page.set_content(PLANTED)
-    found = {}
-    for width, viewport, phone, template in (("desktop", DESKTOP, False, True), ("desktop, own parts", DESKTOP, False,
-                                             False), ("phone", PHONE, True, True),
-                                             ("phone, no chrome", PHONE, True, False)):
+    found, keys = {}, {}
+    for width, viewport, phone, template, seen in (
+            ("desktop", DESKTOP, False, True, None), ("desktop, own parts", DESKTOP, False, False, None),
+            ("own parts, all seen", DESKTOP, False, False, "all"),
+            ("own parts, dark line seen", DESKTOP, False, False, dark_line),
+            ("phone", PHONE, True, True, None), ("phone, no chrome", PHONE, True, False, None)):
         page.set_viewport_size(viewport)
         page.evaluate("() => { window.__axe = undefined; }")
-        start_accessibility(page, phone=phone, template=template)
+        start_accessibility(page, phone=phone, template=template,
+                            contrast_seen=keys["desktop, own parts"] if seen == "all" else seen)
         found[width] = {v["id"]: v["n"] for v in accessibility(page)}
+        if not phone: keys[width] = contrast_keys(page)
         assert page.evaluate(ARTICLE_JS) == "H1 P BUTTON PRE DIV.highlight DIV.highlight MJX-CONTAINER", width
         assert page.evaluate("() => document.querySelectorAll('article pre span').length") == 3, width
+        assert page.evaluate("() => document.querySelectorAll('[data-tb-contrast]').length") == 0, width
     page.close()
     assert found == {"desktop": {"color-contrast": 4, "button-name": 2},
                      "desktop, own parts": {"color-contrast": 1, "button-name": 1},
+                     "own parts, all seen": {"button-name": 1},
+                     "own parts, dark line seen": {"color-contrast": 1, "button-name": 1},
                      "phone": {"scrollable-region-focusable": 2, "color-contrast": 1, "button-name": 1},
                      "phone, no chrome": {"scrollable-region-focusable": 2}}, found
+    assert len(keys["desktop, own parts"] - dark_line) == 1  # the faint line's key; nothing else differs
 
 
 # A raster plot holds at least this many pixels per CSS pixel it is shown at, so it stays sharp on high-density
