@@ -88,11 +88,12 @@ FLAT_CODE_JS = """async check => {
 # has not shown: what axe's color-contrast rule computes for a text depends on its colour, its size and weight (the
 # large-text threshold), its shadow, and the backgrounds, opacities, filters and blend modes beneath it, so a text
 # with a key seen before (on a page that passed) would pass again. (Text over an element that is not its ancestor is
-# "needs review" in axe, not a violation.) Each text-bearing element of the page's own parts (code blocks and formulas
-# aside: out of the page there) gets its key; the new ones are marked `data-tb-contrast`, the one selector the rule
-# then checks. With `seen` null every text is checked. The keys are left in `window.__contrastKeys`.
-# (axe at 1400 px on all 50 pages of nbs/: 75.5 -> 64.8 s, two runs each, unloaded, 2026-11-28, of which 3 s are the
-# keys; 174 keys in the whole book, most of them new on its first few pages.)
+# "needs review" in axe, not a violation.) Each visible text-bearing element of the page's own parts (code blocks and
+# formulas aside: out of the page there) gets its key (a hidden one, in a closed solution say, is not checked, so its
+# key is not "seen"); the new ones are marked `data-tb-contrast`, the one selector the rule then checks. With `seen`
+# null every text is checked. The keys are left in `window.__contrastKeys`.
+# (axe at 1400 px on all 50 pages of nbs/: 75.5 -> 65 s (two and three runs), unloaded, 2026-11-28, of which 3 s are the
+# keys; 145 keys in the whole book, most of them new on its first few pages.)
 CONTRAST_MARK_JS = """seen => {
   const known = new Set(seen ?? []), keys = new Set(), fresh = [], memo = new Map();
   const css = e => { if (!memo.has(e)) memo.set(e, getComputedStyle(e)); return memo.get(e); };
@@ -111,6 +112,7 @@ CONTRAST_MARK_JS = """seen => {
   for (const root of document.querySelectorAll("main, #pst-secondary-sidebar"))
     for (const el of [root, ...root.querySelectorAll("*")]) {
       if (el.closest("div.highlight, mjx-container")) continue;
+      if (!el.checkVisibility({visibilityProperty: true, opacityProperty: true})) continue;  // axe skips it too
       const control = el.matches("input, select, textarea, button");
       if (!control && ![...el.childNodes].some(n => n.nodeType === Node.TEXT_NODE && n.textContent.trim())) continue;
       const s = css(el);
@@ -631,12 +633,18 @@ def test_the_accessibility_check_finds_planted_violations(browser):
     and the header's faint line and button where the chrome is checked (the article's line and button are the DOM
     checked at 1400 px). After each run the article is as it was, tokens included, and nothing is left marked.
     Contrast keys (`CONTRAST_MARK_JS`): with every key of this page seen before, the faint line is not checked again
-    (the button still is); with the keys of the same page with that line dark, its key is new and it is found."""
+    (the button still is); with the keys of the same page with that line dark, its key is new and it is found; hidden
+    (as in a closed solution: axe does not check it), the line leaves no key."""
     page = browser.new_page()
     page.set_content(PLANTED.replace("#cfcfcf", "#333333"))
     start_accessibility(page, template=False)
     accessibility(page)
     dark_line = contrast_keys(page)
+    faint = '<p style="color: #cfcfcf; background: #fff">a faint line of prose</p>'
+    page.set_content(PLANTED.replace(faint, faint.replace("<p ", "<p hidden ")))
+    start_accessibility(page, template=False)
+    assert accessibility(page) == [{"id": "button-name", "impact": "critical", "n": 1, "first": "article > button"}]
+    hidden_line = contrast_keys(page)
     page.set_content(PLANTED)
     found, keys = {}, {}
     for width, viewport, phone, template, seen in (
@@ -661,6 +669,7 @@ def test_the_accessibility_check_finds_planted_violations(browser):
                      "phone": {"scrollable-region-focusable": 2, "color-contrast": 1, "button-name": 1},
                      "phone, no chrome": {"scrollable-region-focusable": 2}}, found
     assert len(keys["desktop, own parts"] - dark_line) == 1  # the faint line's key; nothing else differs
+    assert not (keys["desktop, own parts"] - dark_line) & hidden_line  # hidden, it was not checked: not seen
 
 
 # A raster plot holds at least this many pixels per CSS pixel it is shown at, so it stays sharp on high-density
