@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slow
 SAMPLE = "99_site_sample"
 LETTERED = "99a_site_sample"  # a chapter numbered like 05a, with a hint
 PHONE, DESKTOP = {"width": 400, "height": 850}, {"width": 1400, "height": 900}
+VIEWPORT = {"width": 1280, "height": 900}  # the browser context's, where a test does not set one
 SCREENSHOTS = ROOT / "_build" / "screenshots" if os.environ.get("TRANSFORMERBOOK_SCREENSHOTS") == "1" else None
 # Lines a reader must never see: cell directives, Quarto divs, unparsed MyST fences or attributes.
 RAW_MARKUP = re.compile(r"^[ \t]*(?:#\||:::|```|~~~|\{\.[\w-]+\}).*$", re.M)
@@ -215,18 +216,29 @@ class QuietHandler(SimpleHTTPRequestHandler):
 @pytest.fixture(scope="session")
 def browser(chrome):
     "A fresh browser context on the session's Chromium (`conftest.chrome`) that records every URL its pages request."
-    context = chrome.new_context(viewport={"width": 1280, "height": 900})
+    context = chrome.new_context(viewport=VIEWPORT)
     context.requested = []
     context.on("request", lambda request: context.requested.append(request.url))
     yield context
     context.close()
 
 
-@pytest.fixture
-def page(browser):
+@pytest.fixture(scope="session")
+def tab(browser):
+    """The one tab the tests below share, each going to its pages in it as a reader moves from page to page: a new
+    tab per test is a new renderer process that parses the theme's scripts and styles again (the 12 tests that take
+    `page`: 59 -> 41 CPU-s, 2026-11-28, unloaded; see test_explorers.tabs)."""
     page = browser.new_page()
     yield page
     page.close()
+
+
+@pytest.fixture
+def page(tab):
+    "The shared `tab`, back at the context's size (a test may have narrowed it) and on a blank page."
+    tab.set_viewport_size(VIEWPORT)
+    tab.goto("about:blank")
+    return tab
 
 
 def visit(page, url: str):
