@@ -7,7 +7,9 @@ MFU is relative to the best float32 matmul rate measured here (the same contenti
 times the bare step of chapter 08b's live cell (forward, backward, AdamW on one fixed batch, no `train` around it) in
 the same process right after the first row, so the two ways of timing can be compared under nearly the same load; the
 1-minute load average when each row's timing ended, and at the start and end of the run, is saved beside the rows (on a
-machine shared with other jobs, it says how quiet each measurement was).
+machine shared with other jobs, it says how quiet each measurement was). So is the CPU's model and whether it has
+bfloat16 instructions (AVX512-BF16, AMX-BF16): without them autocast's bfloat16 matrix products run far slower than
+float32's (10x on the AMD EPYC of 2026-11-28), with them about as fast, so the bfloat16 row says little without it.
 
     python experiments/scale_throughput.py --steps 40 --skip 10
 """
@@ -33,6 +35,18 @@ from transformerbook.scale import matmul_peak_flops, mfu, model_flops_per_token
 from transformerbook.training import baby_gpt_configs, get_batch, load_dataset, train
 
 NAME = "scale_throughput"
+
+
+def cpu() -> dict:
+    "The CPU's model name and which of its vector and bfloat16 instruction sets torch can use, from /proc/cpuinfo."
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux
+        return {"model": platform.processor() or "unknown", "bf16_instructions": None}
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    flags = next((set(line.split(":", 1)[1].split()) for line in info.splitlines() if line.startswith("flags")), set())
+    return {"model": model or "unknown", "bf16_instructions": bool(flags & {"avx512_bf16", "amx_bf16"}),
+            "instruction_sets": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})}
 
 
 def step_times(steps: int, **overrides) -> list:
@@ -107,7 +121,7 @@ def main(argv=None):
     result = experiment_record(
         "python experiments/scale_throughput.py " + " ".join(sys.argv[1:]), [1337],
         {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-                    "1 thread per process, shared with other jobs",
+                    "1 thread per process, shared with other jobs", "cpu": cpu(),
          "peak_flops": peak, "flops_per_token": flops, "tokens_per_step": tokens_per_step, "steps": args.steps,
          "skipped": args.skip, "rows": rows, "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]})
     save_result(RESULTS_DIR/f"{NAME}.json", result)

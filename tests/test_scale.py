@@ -298,6 +298,8 @@ def test_throughput_table_is_complete():
     assert any("bfloat16" in s for s in settings) and any("compiled" in s for s in settings)
     assert any("2 processes" in s for s in settings)
     assert any("bare step" in s for s in settings)  # the control: the live cell's way of timing
+    cpu = result["results"]["cpu"]  # the bfloat16 row depends on it (10x slower without bfloat16 instructions)
+    assert cpu["model"] and isinstance(cpu["bf16_instructions"], bool) and cpu["instruction_sets"]
     for row in result["results"]["rows"]:
         assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1 and row["load_average"] >= 0
 
