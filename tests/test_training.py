@@ -16,9 +16,9 @@ from transformerbook.data import END_OF_TEXT_ID
 from transformerbook.lm_head import GPT, GPTConfig
 from transformerbook.tokenization import CharTokenizer
 from transformerbook.training import (
-    CheckpointError, TrainConfig, TrainHistory, TrainingDivergedError, baby_gpt_configs, configure_optimizer,
-    cross_entropy_loss, estimate_loss, get_batch, load_checkpoint, load_dataset, load_model, lr_at, pack_documents,
-    save_checkpoint, train)
+    CheckpointError, TrainConfig, TrainHistory, TrainingDivergedError, autocast_notes, baby_gpt_configs,
+    configure_optimizer, cross_entropy_loss, estimate_loss, get_batch, load_checkpoint, load_dataset, load_model, lr_at,
+    pack_documents, save_checkpoint, train)
 
 TINY = dict(vocab_size=11, context_length=8, d_model=16, n_heads=2, n_layers=2)
 
@@ -490,6 +490,26 @@ def test_autocast_on_cpu_trains_and_resumes_exactly(tmp_path, dtype):
     assert (ckpt["scaler"] is not None) == (dtype == "float16")  # float16's loss scale is saved with the run
     resumed = _run({"dtype": dtype}, tmp_path, resume=True, model_seed=5)
     assert resumed.iter_loss == full.iter_loss
+
+
+@pytest.mark.parametrize("supported", [False, True])
+def test_autocast_on_a_cpu_without_its_instructions_is_noted(capsys, monkeypatch, supported):
+    """A new run in bfloat16 on a CPU for which torch reports no bfloat16 instructions says it will be slow (chapter
+    08b measured 10x on an AVX2 CPU); with them, or in float32, it says nothing; float16 asks torch's float16 check."""
+    asked = []
+    def check(name):
+        return lambda: asked.append(name) or supported
+    for name in ("bf16", "fp16"):
+        monkeypatch.setattr(torch.ops.mkldnn, f"_is_mkldnn_{name}_supported", check(name))
+    _run({"dtype": "bfloat16", "max_iters": 1})
+    note = [line for line in capsys.readouterr().err.splitlines() if "instructions" in line]
+    assert note == ([] if supported else [
+        "note: torch reports no bfloat16 instructions on this CPU, so autocast's bfloat16 matrix products take a slow "
+        "path: expect this run to be slower than in float32 (about 10x for bfloat16 on the AVX2 CPU of chapter 08b's "
+        "throughput table)"])
+    _run({"dtype": "float32", "max_iters": 1})
+    assert "instructions" not in capsys.readouterr().err and asked == ["bf16"]
+    assert len(autocast_notes("cpu", "float16")) == (not supported) and asked == ["bf16", "fp16"]
 
 
 def test_float16_scaler_skips_an_overflowing_step():

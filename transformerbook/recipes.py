@@ -4,7 +4,8 @@ companion page of chapter 8, "Training a GPT", which trains with them.
 
 **In the package** (`transformerbook.recipes`; chapter 8's `transformerbook.training` re-exports every name):
 `TrainConfig` holds a run's settings, validated (`DTYPES` names its precisions); a new run's settings come from
-`new_run_config` (a warm-up longer than the decay is shortened by `fit_warmup`). Recipes: `baby_gpt_configs()`
+`new_run_config` (a warm-up longer than the decay is shortened by `fit_warmup`;
+`autocast_notes` flags a precision this CPU has no instructions for). Recipes: `baby_gpt_configs()`
 (nanoGPT's CPU recipe) and `preset_configs` (the `PRESETS`). Is my loss normal: `reference_band` /
 `outside_reference`, and `bits_per_byte` to compare losses across tokenizers.
 
@@ -26,8 +27,8 @@ from .lm_head import GPTConfig
 from .validation import check_choice, check_int_in_range, is_int, is_number
 
 # %% auto #0
-__all__ = ['DTYPES', 'COMPILE_MODES', 'PRESETS', 'TrainConfig', 'fit_warmup', 'new_run_config', 'baby_gpt_configs',
-           'preset_configs', 'bits_per_byte', 'reference_band', 'outside_reference']
+__all__ = ['DTYPES', 'COMPILE_MODES', 'PRESETS', 'TrainConfig', 'fit_warmup', 'new_run_config', 'autocast_notes',
+           'baby_gpt_configs', 'preset_configs', 'bits_per_byte', 'reference_band', 'outside_reference']
 
 # %% ../nbs/recipes.ipynb #bbdf9984
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # TrainConfig.dtype
@@ -134,6 +135,26 @@ def new_run_config(train_cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
     settings, notes = fit_warmup(train_cfg.to_dict())
     train_cfg = TrainConfig.from_dict(settings)
     return replace(train_cfg, lr_decay_iters=train_cfg.decay_iters), notes
+
+
+# %% ../nbs/recipes.ipynb #b7e1c2a1
+def autocast_notes(device: torch.device | str, # where the run's model is
+                   dtype: str, # the run's precision, one of `DTYPES`
+                  ) -> list[str]: # one note, or none
+    """A note for a run that autocasts to bfloat16 or float16 on a CPU for which torch reports no instructions for that
+    format (oneDNN's `_is_mkldnn_bf16_supported` / `_is_mkldnn_fp16_supported`): its matrix products then take a slow
+    path, measured about 10x slower than float32 for bfloat16 on the AVX2 CPU of chapter 08b's throughput table. None on
+    a GPU, for float32, or where this torch build cannot tell. Raises `ValueError` for a dtype not in `DTYPES`."""
+    check_choice("dtype", dtype, DTYPES)
+    if torch.device(device).type != "cpu" or dtype == "float32": return []
+    try:  # private checks of torch's own (its tests use them); absent from some builds
+        supported = getattr(torch.ops.mkldnn, f"_is_mkldnn_{'bf16' if dtype == 'bfloat16' else 'fp16'}_supported")()
+    except (AttributeError, RuntimeError):
+        return []
+    if supported: return []
+    return [f"torch reports no {dtype} instructions on this CPU, so autocast's {dtype} matrix products take a slow "
+            f"path: expect this run to be slower than in float32 (about 10x for bfloat16 on the AVX2 CPU of chapter "
+            f"08b's throughput table)"]
 
 
 # %% ../nbs/recipes.ipynb #c868cad3

@@ -48,7 +48,7 @@ from .corpus import is_integer_tensor, check_splits, get_batch, load_dataset
 from .blocks import OLD_NORM_NAMES
 from .lm_head import GPT, GPTConfig, eval_mode
 from .model_cache import run_dir, run_lock
-from .recipes import DTYPES, TrainConfig, new_run_config, preset_configs
+from .recipes import DTYPES, TrainConfig, autocast_notes, new_run_config, preset_configs
 from .sampling import host_to_device
 from .validation import check_choice, check_ids, check_ids_below, check_instance, check_nonnegative_int
 from .validation import check_int_in_range, check_positive_int, check_positive_ints
@@ -230,6 +230,7 @@ def _run_config(model: GPT, train_cfg: TrainConfig, ckpt_path: Path | None, toke
     check_instance("train_cfg", train_cfg, TrainConfig)
     if not resume:
         train_cfg, notes = new_run_config(train_cfg)
+        notes += autocast_notes(next(model.parameters()).device, train_cfg.dtype)  # e.g. bfloat16 on an AVX2 CPU
         for note in notes if rank == 0 else []: print(f"note: {note}", file=sys.stderr)
         return train_cfg, None
     if ckpt_path is None: raise ValueError("resume=True needs out_dir (where the checkpoint is)")
