@@ -42,7 +42,7 @@ def cpu() -> dict:
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:  # not Linux
-        return {"model": platform.processor() or "unknown", "bf16_instructions": None}
+        return {"model": platform.processor() or "unknown", "bf16_instructions": None, "instruction_sets": []}
     model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
     flags = next((set(line.split(":", 1)[1].split()) for line in info.splitlines() if line.startswith("flags")), set())
     return {"model": model or "unknown", "bf16_instructions": bool(flags & {"avx512_bf16", "amx_bf16"}),
