@@ -3,19 +3,23 @@
 
 Each setting runs `training.train` for `--steps` steps and times every step (between successive batch draws); the
 median step time after `--skip` steps (compilation, warm-up) gives tokens/s, robust to other jobs on a shared machine.
+The settings are run `--repeats` times in turn; each row keeps every pass's tokens/s and their median.
 MFU is relative to the best float32 matmul rate measured here (the same contention applies to both). A control row
 times the bare step of chapter 08b's live cell (forward, backward, AdamW on one fixed batch, no `train` around it) in
 the same process right after the first row, so the two ways of timing can be compared under nearly the same load; the
-1-minute load average when each row's timing ended, and at the start and end of the run, is saved beside the rows (on a
-machine shared with other jobs, it says how quiet each measurement was). So is the CPU's model and whether it has
-bfloat16 instructions (AVX512-BF16, AMX-BF16): without them autocast's bfloat16 matrix products run far slower than
-float32's (10x on the AMD EPYC of 2026-11-28), with them about as fast, so the bfloat16 row says little without it.
+highest 1-minute load average at the end of a row's timing (over the passes), and the load at the start and end of the
+run, are saved beside the rows (on a machine shared with other jobs, they say how quiet the measurements were). So
+are the CPU's model and whether it has bfloat16 instructions (AVX512-BF16, AMX-BF16): without them autocast's bfloat16
+matrix products run far slower than float32's, so the bfloat16 row says little without it. The book's build
+machines differ from day to day, so the file keeps one run per kind of CPU (model name, instruction sets and torch
+version): a run replaces the entry of its own kind and leaves the others, and chapter 08b sets them side by side.
 
     python experiments/scale_throughput.py --steps 40 --skip 10
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -93,10 +97,25 @@ def _worker(rank, world, tmp, steps):
         dist.destroy_process_group()
 
 
+def settings_once(steps: int, skip: int) -> dict:
+    "One pass over the settings, in the table's order: {setting: (median seconds per step, load average after it)}."
+    def timed(times): return statistics.median(times[skip:]), os.getloadavg()[0]
+    out = {"float32, 1 process": timed(step_times(steps)),
+           "float32, 1 process, bare step": timed(bare_step_times(steps))}  # the control, right after the first row
+    for setting, kw in (("bfloat16 autocast, 1 process", {"dtype": "bfloat16"}),
+                        ("float32 compiled, 1 process", {"compile": True})):
+        out[setting] = timed(step_times(steps, **kw))
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(_worker, args=(2, tmp, steps), nprocs=2, join=True, start_method="spawn")
+        out["float32, 2 processes (gloo)"] = timed(json.loads(Path(tmp, "times.json").read_text()))
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--skip", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=3, help="passes over all the settings, one after another")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     model_cfg, train_cfg = baby_gpt_configs()
@@ -104,27 +123,38 @@ def main(argv=None):
     flops = model_flops_per_token(model_cfg)
     load_before = os.getloadavg()[0]
     peak = matmul_peak_flops(1024, repeats=20)
+    passes = []
+    for i in range(args.repeats):
+        passes.append(settings_once(args.steps, args.skip))
+        print(f"pass {i + 1}:", {s: round(tokens_per_step / t) for s, (t, _) in passes[-1].items()}, file=sys.stderr)
     rows = []
-    def add(setting, times, load):
-        tps = tokens_per_step / statistics.median(times[args.skip:])
-        rows.append({"setting": setting, "tokens_per_s": round(tps, 1), "mfu": round(mfu(tps, flops, peak), 4),
-                     "load_average": round(load, 2)})
-        print(rows[-1], file=sys.stderr, flush=True)
-    add("float32, 1 process", step_times(args.steps), os.getloadavg()[0])
-    add("float32, 1 process, bare step", bare_step_times(args.steps), os.getloadavg()[0])  # the control, right after
-    for setting, kw in (("bfloat16 autocast, 1 process", {"dtype": "bfloat16"}),
-                        ("float32 compiled, 1 process", {"compile": True})):
-        add(setting, step_times(args.steps, **kw), os.getloadavg()[0])
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(_worker, args=(2, tmp, args.steps), nprocs=2, join=True, start_method="spawn")
-        add("float32, 2 processes (gloo)", json.loads(Path(tmp, "times.json").read_text()), os.getloadavg()[0])
-    result = experiment_record(
-        "python experiments/scale_throughput.py " + " ".join(sys.argv[1:]), [1337],
-        {"machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-                    "1 thread per process, shared with other jobs", "cpu": cpu(),
-         "peak_flops": peak, "flops_per_token": flops, "tokens_per_step": tokens_per_step, "steps": args.steps,
-         "skipped": args.skip, "rows": rows, "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]})
-    save_result(RESULTS_DIR/f"{NAME}.json", result)
+    for setting in passes[0]:
+        each = [round(tokens_per_step / one[setting][0], 1) for one in passes]
+        tps = statistics.median(each)
+        rows.append({"setting": setting, "tokens_per_s": tps, "mfu": round(mfu(tps, flops, peak), 4),
+                     "load_average": round(max(one[setting][1] for one in passes), 2), "tokens_per_s_repeats": each})
+    command = "python experiments/scale_throughput.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    run = {"created": datetime.date.today().isoformat(), "command": command,
+           "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+                      "1 thread per process, shared with other jobs", "cpu": cpu(), "torch": torch.__version__,
+           "peak_flops": peak, "flops_per_token": flops, "tokens_per_step": tokens_per_step, "steps": args.steps,
+           "skipped": args.skip, "repeats": args.repeats, "rows": rows,
+           "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    path = RESULTS_DIR/f"{NAME}.json"
+    earlier = json.loads(path.read_text())["results"]["machines"] if path.is_file() else []
+    save_result(path, experiment_record(command, [1337], {"machines": merge_run(earlier, run)}))
+
+
+def machine_kind(run: dict) -> tuple:
+    "What makes two runs comparable: the CPU's model name and instruction sets, and the torch build."
+    return run["cpu"]["model"], tuple(run["cpu"]["instruction_sets"]), run["torch"]
+
+
+def merge_run(earlier: list, run: dict) -> list:
+    "The runs to keep: `run` in place of an earlier run on the same kind of machine, after the others otherwise."
+    kept = [r for r in earlier if machine_kind(r) != machine_kind(run)]
+    same = [i for i, r in enumerate(earlier) if machine_kind(r) == machine_kind(run)]
+    return kept[:same[0]] + [run] + kept[same[0]:] if same else kept + [run]
 
 
 if __name__ == "__main__":

@@ -293,15 +293,35 @@ def test_activation_checkpointing_keeps_one_block_input_per_block_and_the_same_g
 
 def test_throughput_table_is_complete():
     from transformerbook.data import load_result
-    result = load_result("scale_throughput")
-    settings = [row["setting"] for row in result["results"]["rows"]]
-    assert any("bfloat16" in s for s in settings) and any("compiled" in s for s in settings)
-    assert any("2 processes" in s for s in settings)
-    assert any("bare step" in s for s in settings)  # the control: the live cell's way of timing
-    cpu = result["results"]["cpu"]  # the bfloat16 row depends on it (10x slower without bfloat16 instructions)
-    assert cpu["model"] and isinstance(cpu["bf16_instructions"], bool) and cpu["instruction_sets"]
-    for row in result["results"]["rows"]:
-        assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1 and row["load_average"] >= 0
+    machines = load_result("scale_throughput")["results"]["machines"]
+    assert {m["cpu"]["bf16_instructions"] for m in machines} == {False, True}  # chapter 08b sets one of each apart
+    for m in machines:
+        settings = [row["setting"] for row in m["rows"]]
+        assert settings[0] == "float32, 1 process"  # the row the others are divided by
+        assert any("bfloat16" in s for s in settings) and any("compiled" in s for s in settings)
+        assert any("2 processes" in s for s in settings)
+        assert any("bare step" in s for s in settings)  # the control: the live cell's way of timing
+        cpu = m["cpu"]  # the bfloat16 row depends on it (10x slower without bfloat16 instructions)
+        assert cpu["model"] and isinstance(cpu["bf16_instructions"], bool) and cpu["instruction_sets"]
+        assert m["command"].startswith("python experiments/scale_throughput.py") and m["torch"] in m["machine"]
+        for row in m["rows"]:
+            assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1 and row["load_average"] >= 0
+            assert len(row["tokens_per_s_repeats"]) == m["repeats"]
+            assert row["tokens_per_s"] == sorted(row["tokens_per_s_repeats"])[m["repeats"] // 2]  # the median
+
+
+def test_throughput_runs_keep_one_entry_per_kind_of_machine():
+    "A new run replaces the earlier run on the same CPU and torch, in its place, and is added after the others."
+    exp = _experiment("scale_throughput")
+    def run(model, sets, torch_version="2.13.0+cpu", tag=""):
+        return {"cpu": {"model": model, "instruction_sets": sets}, "torch": torch_version, "tag": tag}
+    a, b, c = run("EPYC", ["avx2"]), run("EPYC", ["avx2", "avx512_bf16"]), run("Xeon", ["avx2", "amx_bf16"])
+    assert exp.merge_run([], a) == [a]
+    assert exp.merge_run([a, b], c) == [a, b, c]
+    b2 = run("EPYC", ["avx2", "avx512_bf16"], tag="again")
+    assert exp.merge_run([a, b, c], b2) == [a, b2, c]
+    a_newer_torch = run("EPYC", ["avx2"], "2.14.0+cpu")
+    assert exp.merge_run([a, b], a_newer_torch) == [a, b, a_newer_torch]
 
 
 def _experiment(name: str):

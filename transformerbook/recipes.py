@@ -143,8 +143,9 @@ def autocast_notes(device: torch.device | str, # where the run's model is
                   ) -> list[str]: # one note, or none
     """A note for a run that autocasts to bfloat16 or float16 on a CPU for which torch reports no instructions for that
     format (oneDNN's `_is_mkldnn_bf16_supported` / `_is_mkldnn_fp16_supported`): its matrix products then take a slow
-    path, measured about 10x slower than float32 for bfloat16 on the AVX2 CPU of chapter 08b's throughput table. None on
-    a GPU, for float32, or where this torch build cannot tell. Raises `ValueError` for a dtype not in `DTYPES`."""
+    path, measured about 10x slower than float32 for bfloat16 on the CPU without bfloat16 instructions in chapter 08b's
+    throughput table (and level with float32 on the one with them). None on a GPU, for float32, or where this torch
+    build cannot tell. Raises `ValueError` for a dtype not in `DTYPES`."""
     check_choice("dtype", dtype, DTYPES)
     if torch.device(device).type != "cpu" or dtype == "float32": return []
     try:  # private checks of torch's own (its tests use them); absent from some builds
@@ -153,8 +154,8 @@ def autocast_notes(device: torch.device | str, # where the run's model is
         return []
     if supported: return []
     return [f"torch reports no {dtype} instructions on this CPU, so autocast's {dtype} matrix products take a slow "
-            f"path: expect this run to be slower than in float32 (about 10x for bfloat16 on the AVX2 CPU of chapter "
-            f"08b's throughput table)"]
+            f"path: expect this run to be slower than in float32 (bfloat16 ran 10x slower on chapter 08b's machine "
+            f"without bfloat16 instructions)"]
 
 
 # %% ../nbs/recipes.ipynb #c868cad3
