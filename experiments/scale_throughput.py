@@ -33,24 +33,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from transformerbook.data import RESULTS_DIR, experiment_record, save_result
+from transformerbook.data import RESULTS_DIR, experiment_record, machine_record, save_result
 from transformerbook.lm_head import GPT
 from transformerbook.scale import matmul_peak_flops, mfu, model_flops_per_token
 from transformerbook.training import baby_gpt_configs, get_batch, load_dataset, train
 
 NAME = "scale_throughput"
-
-
-def cpu() -> dict:
-    "The CPU's model name and which of its vector and bfloat16 instruction sets torch can use, from /proc/cpuinfo."
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:  # not Linux
-        return {"model": platform.processor() or "unknown", "bf16_instructions": None, "instruction_sets": []}
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    flags = next((set(line.split(":", 1)[1].split()) for line in info.splitlines() if line.startswith("flags")), set())
-    return {"model": model or "unknown", "bf16_instructions": bool(flags & {"avx512_bf16", "amx_bf16"}),
-            "instruction_sets": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})}
 
 
 def step_times(steps: int, **overrides) -> list:
@@ -133,10 +121,13 @@ def main(argv=None):
         tps = statistics.median(each)
         rows.append({"setting": setting, "tokens_per_s": tps, "mfu": round(mfu(tps, flops, peak), 4),
                      "load_average": round(max(one[setting][1] for one in passes), 2), "tokens_per_s_repeats": each})
+    here = machine_record()
+    cpu = {"model": here["cpu_model"], "bf16_instructions": here["bf16_instructions"],
+           "instruction_sets": here["instruction_sets"]}
     command = "python experiments/scale_throughput.py " + " ".join(sys.argv[1:] if argv is None else argv)
     run = {"created": datetime.date.today().isoformat(), "command": command,
            "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-                      "1 thread per process, shared with other jobs", "cpu": cpu(), "torch": torch.__version__,
+                      "1 thread per process, shared with other jobs", "cpu": cpu, "torch": torch.__version__,
            "peak_flops": peak, "flops_per_token": flops, "tokens_per_step": tokens_per_step, "steps": args.steps,
            "skipped": args.skip, "repeats": args.repeats, "rows": rows,
            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}

@@ -103,3 +103,34 @@ def test_pack_documents_and_check_splits_reject_bad_input():
     for bad in (0, -5, 4.5):
         with pytest.raises(ValueError, match=f"context_length={bad!r} must be a positive int"):
             check_splits(torch.arange(20), torch.arange(10), bad)
+
+
+CPUINFO = {  # the first processor's lines of /proc/cpuinfo on three kinds of machine (trimmed)
+    "avx512_bf16": "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 avx512_vnni\n"
+                   "\nprocessor\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu\n",
+    "avx2": "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx2\n",
+    "arm": "processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd evtstrm bf16\nCPU implementer\t: 0x41\n",
+}
+
+
+@pytest.mark.parametrize("kind, model, sets, bf16", [
+    ("avx512_bf16", "AMD EPYC", ["avx2", "avx512_bf16", "avx512f"], True),
+    ("avx2", "AMD EPYC", ["avx2"], False),
+    ("arm", None, ["asimd", "bf16"], True),  # Arm's /proc/cpuinfo has Features and no model name
+    ("none", None, [], None),  # no /proc/cpuinfo (macOS, Windows): nothing claimed about bfloat16
+])
+def test_machine_record_reads_the_cpu(monkeypatch, kind, model, sets, bf16):
+    "`experiment_record`'s machine: the first processor's model and instruction sets, whatever the OS offers."
+    import platform
+    from pathlib import Path
+    read = Path.read_text
+    def fake(self, *args, **kwargs):
+        if str(self) != "/proc/cpuinfo": return read(self, *args, **kwargs)
+        if kind == "none": raise FileNotFoundError(self)
+        return CPUINFO[kind]
+    monkeypatch.setattr(Path, "read_text", fake)
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    here = data.machine_record()
+    assert (here["cpu_model"], here["instruction_sets"], here["bf16_instructions"]) == (model or "unknown", sets, bf16)
+    record = data.experiment_record("python experiments/demo.py", [0], {})
+    assert record["machine"] == here and record["machine"]["torch"] and record["machine"]["cpu_count"] >= 1

@@ -7,8 +7,8 @@ encoding from local files. Each file is an entry of `DATA_FILES` (a `DataFile` w
 checked with `sha256_of` and `verify`. A file that is neither local nor downloadable raises `DataUnavailableError`
 (the message says where to put it); a file with the wrong hash raises `ChecksumError`.
 `load_result(name)` reads the committed results of one of the book's long experiments (`make experiments`), which
-each build with `experiment_record(command, seeds, results)` and write with `save_result(path, record)`
-(through `write_text_atomically`, so a killed run leaves the old results whole).
+each build with `experiment_record(command, seeds, results)` (which adds `machine_record()`: where it ran) and write
+with `save_result(path, record)` (through `write_text_atomically`, so a killed run leaves the old results whole).
 
 Docs: https://transformerbook.github.io/transformerbook/data.html.md"""
 
@@ -23,6 +23,7 @@ import hashlib
 import importlib.resources
 import json
 import os
+import platform
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,8 @@ import pooch
 # %% auto #0
 __all__ = ['DATA_FILES', 'MIRROR_ENV', 'CACHE_ENV', 'GPT2_PAT_STR', 'END_OF_TEXT', 'END_OF_TEXT_ID', 'RESULTS_DIR', 'DataFile',
            'DataUnavailableError', 'ChecksumError', 'cache_dir', 'sha256_of', 'verify', 'data_path',
-           'load_tinyshakespeare', 'train_val_split', 'gpt2_encoding', 'load_result', 'write_text_atomically',
-           'save_result', 'experiment_record']
+           'load_tinyshakespeare', 'train_val_split', 'gpt2_encoding', 'load_result', 'machine_record',
+           'write_text_atomically', 'save_result', 'experiment_record']
 
 # %% ../nbs/00a_data.ipynb #752e2d91
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def gpt2_encoding():
 RESULTS_DIR = Path(str(importlib.resources.files("transformerbook")/"results"))  # shipped with the package
 
 def load_result(name: str, # an experiment's name: `experiments/<name>.py` wrote `results/<name>.json`
-               ) -> dict: # with keys "command", "seeds", "created" and "results"
+               ) -> dict: # with keys "command", "seeds", "created", "results" and, since 2026-11-28, "machine"
     """The committed results of one of the book's long experiments (`make experiments`). Raises
     `FileNotFoundError` naming the experiment, the ones that exist, and the command that makes it."""
     path = RESULTS_DIR/f"{name}.json"
@@ -168,6 +169,32 @@ def load_result(name: str, # an experiment's name: `experiments/<name>.py` wrote
         raise FileNotFoundError(f"no results for experiment {name!r} (known: {known}); "
                                 f"run: python experiments/{name}.py")
     return json.loads(path.read_text(encoding="utf-8"))
+
+# %% ../nbs/00a_data.ipynb #c3a91e21
+_INSTRUCTION_SETS = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "asimd", "bf16"}  # x86 flags and Arm features
+
+def machine_record() -> dict: # {"system", "cpu_count", "cpu_model", "instruction_sets", "bf16_instructions", ...}
+    """Where an experiment runs, for its record (`experiment_record` adds it): timings, and results such as bfloat16's
+    speed, depend on the machine (chapter 08b). Keys: "system" (OS and architecture), "cpu_count", "cpu_model",
+    "instruction_sets" (those of AVX2, AVX-512, AVX512-BF16, AMX-BF16 and Arm's ASIMD and BF16 that the CPU has),
+    "bf16_instructions" (bool), "torch" (its version) and "gpu" (the first CUDA device's name, or None). The CPU's
+    part comes from `/proc/cpuinfo` on Linux; elsewhere the model is `platform.processor()`, the sets are empty and
+    "bf16_instructions" is None. Reads only; raises nothing."""
+    import torch  # here, not at the top: the rest of this module does not need torch
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        info = ""
+    fields = {}
+    for line in info.splitlines():  # the first processor's fields (every core of these machines is alike)
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    return {"system": f"{platform.system()} {platform.machine()}", "cpu_count": os.cpu_count(),
+            "cpu_model": fields.get("model name") or platform.processor() or "unknown",
+            "instruction_sets": sorted(flags & _INSTRUCTION_SETS),
+            "bf16_instructions": bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}) if flags else None,
+            "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 # %% ../nbs/00a_data.ipynb #97ba3485
 def write_text_atomically(path: str | Path, # the file to write or replace
@@ -199,6 +226,8 @@ def save_result(path: str | Path, # where an experiment writes its record, usual
 def experiment_record(command: str, # how to re-run it, e.g. "python experiments/holtzman.py --seed 0"
                       seeds: list, # the seeds it ran with
                       results, # JSON-serialisable: what the chapters plot and the tests re-check
-                     ) -> dict: # {"command", "seeds", "created" (today, ISO 8601), "results"}, as `load_result` gives
-    "The record every experiment writes with `save_result`: how to re-run it, its seeds, the date and its results."
-    return {"command": command, "seeds": list(seeds), "created": datetime.date.today().isoformat(), "results": results}
+                     ) -> dict: # {"command", "seeds", "created" (today, ISO 8601), "machine", "results"}
+    """The record every experiment writes with `save_result`: how to re-run it, its seeds, the date, the machine
+    (`machine_record()`) and its results, as `load_result` gives them back."""
+    return {"command": command, "seeds": list(seeds), "created": datetime.date.today().isoformat(),
+            "machine": machine_record(), "results": results}
