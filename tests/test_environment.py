@@ -166,3 +166,21 @@ def test_make_test_groups_each_module_starts_the_longest_first_and_builds_the_si
     reads = {line for line in lines if line.startswith("read ")}
     opened = {line.split()[1] for line in lines if line.startswith("build=False")}
     assert len(builds) == 1 and opened == {"gw0", "gw1"} and len(reads) == 1, lines  # one build; both read it
+
+
+@pytest.mark.parametrize("bf16, says", [(True, "bfloat16 instructions: yes"),
+                                        (False, "no bfloat16 instructions: autocast to bfloat16 is slow here (10x "
+                                                "float32 in chapter 08b)"),
+                                        (None, "bfloat16 instructions: unknown")])
+def test_doctor_says_what_bfloat16_costs_on_this_cpu(monkeypatch, bf16, says):
+    "The doctor's CPU line: model, cores, instruction sets, and whether bfloat16 has instructions here (chapter 08b)."
+    from transformerbook import environment
+    record = {"cpu_model": "AMD EPYC", "cpu_count": 2, "instruction_sets": ["avx2"] if bf16 is not None else [],
+              "bf16_instructions": bf16}
+    monkeypatch.setattr(environment, "machine_record", lambda: record)
+    line = environment.cpu_line()
+    assert line.startswith("AMD EPYC, 2 cores (") and line.endswith(says)
+    assert ("(avx2)" in line) == (bf16 is not None) and ("instruction sets unknown" in line) == (bf16 is None)
+    report = environment.doctor_report(installed={"torch": "2.13.0"}, locked={"torch": "2.13.0"})
+    assert f"\nCPU      {line}\n" in report
+    assert "CPU      -" in environment.doctor_report(installed={}, locked={})  # no torch: nothing asked

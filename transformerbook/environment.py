@@ -4,7 +4,8 @@
 `lock_path()`) into `{package: version}` for this Python and platform; `installed_versions()` lists what this Python
 imports; `lock_differences(installed, locked)` names every package whose version differs, is missing or is extra;
 `pip_freeze(python)` reads another interpreter's packages (a fresh venv's) the way `pip freeze` prints them;
-`torch_backend()` names the device torch computes on; `doctor_report()` puts it together for `transformerbook doctor`.
+`torch_backend()` names the device torch computes on and `cpu_line()` the CPU (with its bfloat16 instructions, or
+their absence); `doctor_report()` puts it together for `transformerbook doctor`.
 `weights_sha256(model)` identifies a trained model exactly, so that committed numbers are compared only with it.
 
 Docs: https://transformerbook.github.io/transformerbook/environment.html.md"""
@@ -24,9 +25,11 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from .data import machine_record
+
 # %% auto #0
 __all__ = ['LOCK_NAME', 'BOOTSTRAP', 'lock_path', 'read_lock', 'installed_versions', 'lock_differences', 'pip_freeze',
-           'torch_backend', 'doctor_report', 'weights_sha256']
+           'torch_backend', 'cpu_line', 'doctor_report', 'weights_sha256']
 
 # %% ../nbs/00b_environment.ipynb #d5a83f24
 LOCK_NAME = "requirements-lock.txt"
@@ -113,13 +116,25 @@ def torch_backend() -> str:
     return "CPU" + (f" (this torch is built for CUDA {torch.version.cuda}; no GPU found)" if torch.version.cuda else "")
 
 
+def cpu_line() -> str:
+    "The CPU as `doctor` shows it (`machine_record`): model, cores, instruction sets, and what bfloat16 costs there."
+    here = machine_record()
+    sets = ", ".join(here["instruction_sets"]) or "instruction sets unknown"
+    bf16 = {True: "bfloat16 instructions: yes",
+            False: "no bfloat16 instructions: autocast to bfloat16 is slow here (10x float32 in chapter 08b)",
+            None: "bfloat16 instructions: unknown"}[here["bf16_instructions"]]
+    return f"{here['cpu_model']}, {here['cpu_count']} cores ({sets}); {bf16}"
+
+
 def doctor_report(installed: dict[str, str] | None = None, locked: dict[str, str] | None = None) -> str:
-    "What `transformerbook doctor` prints: Python, torch and its backend, then each package that differs from the lock."
+    """What `transformerbook doctor` prints: Python, torch and its backend, the CPU (`cpu_line`), then each package
+    that differs from the lock."""
     installed = installed_versions() if installed is None else installed
     locked = read_lock() if locked is None else locked
     backend = torch_backend() if "torch" in installed else "-"
     lines = [f"Python   {platform.python_version()} ({sys.executable})",
              f"torch    {installed.get('torch', 'not installed')} on {backend}",
+             f"CPU      {cpu_line() if 'torch' in installed else '-'}",
              f"lock     {lock_path()}"]
     diffs = lock_differences(installed, locked)
     if not diffs:
