@@ -25,6 +25,7 @@ copyright = "the transformerbook authors, Apache-2.0"
 extensions = ["myst_nb", "sphinx_exercise", "sphinx_togglebutton", "sphinx_copybutton", "book_exercises"]
 extensions += ["book_explorers"]  # site/_ext/book_explorers.py: the `{explorer}` directive (data: tools/explorers.py)
 extensions += ["book_accessibility"]  # site/_ext/book_accessibility.py: accessible names that match the visible text
+extensions += ["book_outputs"]  # site/_ext/book_outputs.py: printed tables scroll sideways instead of wrapping
 numfig = True  # figures with a caption are numbered (tools/figures.py: `#| fig-cap:`)
 numfig_format = {"figure": "Figure %s"}
 exclude_patterns = ["**/.ipynb_checkpoints", "_notebooks"]  # _notebooks: the downloadable copies

@@ -35,10 +35,17 @@ def _svg_plot() -> str:
     return buf.getvalue().decode()
 
 
+SAMPLE_TABLE = "\n".join(f"{name:24}{tps:>14,}{mfu:>10.1%}{ratio:>12.2f}   (median of {n} passes, quiet machine)"
+                         for name, tps, mfu, ratio, n in [("float32, 1 process", 12441, 0.644, 1.0, 3),
+                                                          ("bfloat16 autocast", 12370, 0.640, 0.99, 3),
+                                                          ("float32 compiled", 12714, 0.658, 1.02, 3)]) + "\n"
+SAMPLE_MESSAGE = "note: " + " ".join(["this long message is one line of prose that a phone must wrap"] * 3) + "\n"
+
+
 def make_sample_chapter():
     """An executed nbdev chapter with every construct the site translates: title + summary, math, hidden and
-    `echo: false` cells, a PNG plot, a widget output, ANSI output, an exercise with a solution, a question with an
-    answer. Its exercise numbers (99.x) cannot clash with the book's."""
+    `echo: false` cells, a PNG plot, a widget output, ANSI output, a printed table and a long printed line, an
+    exercise with a solution, a question with an answer. Its exercise numbers (99.x) cannot clash with the book's."""
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
     code = lambda src, *outs: new_code_cell(src, outputs=list(outs), execution_count=1)
     stream = lambda text: new_output("stream", name="stdout", text=text)
@@ -56,6 +63,8 @@ def make_sample_chapter():
                                                 {"model_id": "abc", "version_major": 2, "version_minor": 0},
                                                 "text/plain": "IntSlider(value=0)"}, execution_count=1)),
         code("print('\\x1b[31mred\\x1b[0m text')", stream("\x1b[31mred\x1b[0m text\n")),
+        code("print_table()", stream(SAMPLE_TABLE)),  # a printed table: it scrolls on a phone (book_outputs.py)
+        code("print(message)", stream(SAMPLE_MESSAGE)),  # a long line that is not a table: it wraps
         new_markdown_cell("## Exercises"),
         new_markdown_cell("### Exercise 99.1 — Add one (★☆☆)\n\nWrite `add_one(x)` that returns `x + 1`."),
         code("#| exercise\ndef add_one(x):\n    raise NotImplementedError"),

@@ -400,6 +400,44 @@ def test_exercise_box_and_solution_dropdown(base_url, page):
     assert "return x + 1" in content.inner_text()
 
 
+# What the browser shows of the sample chapter's printed table and long printed line (conftest.SAMPLE_TABLE and
+# SAMPLE_MESSAGE): each one's CSS wrapping, whether it scrolls sideways, its tab stop, and the page's width.
+OUTPUTS_JS = """() => Object.fromEntries([["table", "median of 3 passes"], ["message", "one line of prose"]]
+    .map(([k, t]) => {
+  const pre = [...document.querySelectorAll("div.cell_output pre")].find(p => p.textContent.includes(t));
+  return [k, {wrap: getComputedStyle(pre).whiteSpace, scrolls: pre.scrollWidth > pre.clientWidth + 1,
+              tab: pre.tabIndex, height: pre.clientHeight}];
+}).concat([["width", document.documentElement.scrollWidth]]))"""
+
+
+def test_printed_tables_keep_their_columns_on_a_phone(base_url, page):
+    """At 400 px a printed table (marked by site/_ext/book_outputs.py) keeps its lines and scrolls sideways in its own
+    box, which the theme makes a tab stop, while other outputs still wrap and the page stays 400 px wide; at 1400 px
+    the table fits and wraps like any output."""
+    page.set_viewport_size(PHONE)
+    visit(page, f"{base_url}/{SAMPLE}.html")
+    phone = page.evaluate(OUTPUTS_JS)
+    assert phone["table"]["wrap"] == "pre" and phone["table"]["scrolls"] and phone["table"]["tab"] == 0, phone
+    assert phone["message"]["wrap"] == "pre-wrap" and not phone["message"]["scrolls"], phone
+    assert phone["width"] <= PHONE["width"], phone
+    page.set_viewport_size(DESKTOP)
+    visit(page, f"{base_url}/{SAMPLE}.html")
+    desktop = page.evaluate(OUTPUTS_JS)
+    assert desktop["table"]["wrap"] == "pre-wrap" and not desktop["table"]["scrolls"], desktop
+    assert desktop["table"]["height"] < phone["table"]["height"] * 1.5, (phone, desktop)  # three lines at either width
+
+
+def test_only_aligned_columns_count_as_a_table():
+    "book_outputs.is_table: three or more lines with two or more gaps of 2+ spaces each."
+    sys.path.insert(0, str(ROOT / "site" / "_ext"))
+    from book_outputs import is_table
+    from conftest import SAMPLE_MESSAGE, SAMPLE_TABLE
+    assert is_table(SAMPLE_TABLE) and not is_table(SAMPLE_MESSAGE)
+    assert not is_table("\n".join(SAMPLE_TABLE.splitlines()[:2]))  # two rows are not enough
+    assert not is_table("a  b c\nd  e f\ng  h i")  # one gap a line: a label and its value
+    assert not is_table("a long line of prose, with single spaces between its words, however long it is " * 3)
+
+
 def test_plot_image_is_loaded(base_url, page):
     visit(page, f"{base_url}/{SAMPLE}.html")
     img = page.locator("div.cell_output img").first
