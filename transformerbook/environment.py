@@ -117,8 +117,7 @@ def torch_backend() -> str:
 
 
 def cpu_line() -> str:
-    """The CPU as `doctor` shows it (`machine_record`): model, cores, instruction sets, and what bfloat16 costs there
-    (without bfloat16 instructions, autocast to bfloat16 ran 10x slower than float32 in chapter 08b). Raises nothing."""
+    "`doctor`'s CPU line (`machine_record`): model, cores, instruction sets, what bfloat16 costs. Raises nothing."
     here = machine_record()
     sets = ", ".join(here["instruction_sets"]) or "instruction sets unknown"
     bf16 = {True: "bfloat16 instructions: yes",
