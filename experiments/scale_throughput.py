@@ -105,6 +105,9 @@ def main(argv=None):
     p.add_argument("--skip", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3, help="passes over all the settings, one after another")
     args = p.parse_args(argv)
+    if args.repeats < 1 or args.skip < 0 or args.steps <= args.skip + 1:
+        p.error(f"need --repeats >= 1 and --steps > --skip + 1 >= 1 (timed steps to take a median of); got "
+                f"--repeats {args.repeats}, --steps {args.steps}, --skip {args.skip}")
     torch.set_num_threads(1)
     model_cfg, train_cfg = baby_gpt_configs()
     tokens_per_step = train_cfg.batch_size * model_cfg.context_length

@@ -322,6 +322,9 @@ def test_throughput_runs_keep_one_entry_per_kind_of_machine():
     assert exp.merge_run([a, b, c], b2) == [a, b2, c]
     a_newer_torch = run("EPYC", ["avx2"], "2.14.0+cpu")
     assert exp.merge_run([a, b], a_newer_torch) == [a, b, a_newer_torch]
+    for argv in (["--repeats", "0"], ["--steps", "10", "--skip", "10"]):  # nothing to time: a clear error first
+        with pytest.raises(SystemExit):
+            exp.main(argv)
 
 
 def _experiment(name: str):
