@@ -22,7 +22,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -124,15 +123,10 @@ def main(argv=None):
         tps = statistics.median(each)
         rows.append({"setting": setting, "tokens_per_s": tps, "mfu": round(mfu(tps, flops, peak), 4),
                      "load_average": round(max(one[setting][1] for one in passes), 2), "tokens_per_s_repeats": each})
-    here = machine_record()
-    cpu = {"model": here["cpu_model"], "bf16_instructions": here["bf16_instructions"],
-           "instruction_sets": here["instruction_sets"]}
     command = "python experiments/scale_throughput.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    run = {"created": datetime.date.today().isoformat(), "command": command,
-           "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-                      "1 thread per process, shared with other jobs", "cpu": cpu, "torch": torch.__version__,
-           "peak_flops": peak, "flops_per_token": flops, "tokens_per_step": tokens_per_step, "steps": args.steps,
-           "skipped": args.skip, "repeats": args.repeats, "rows": rows,
+    run = {"created": datetime.date.today().isoformat(), "command": command, "machine": machine_record(),
+           "threads_per_process": 1, "peak_flops": peak, "flops_per_token": flops, "tokens_per_step": tokens_per_step,
+           "steps": args.steps, "skipped": args.skip, "repeats": args.repeats, "rows": rows,
            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
     path = RESULTS_DIR/f"{NAME}.json"
     earlier = json.loads(path.read_text())["results"]["machines"] if path.is_file() else []
@@ -141,7 +135,8 @@ def main(argv=None):
 
 def machine_kind(run: dict) -> tuple:
     "What makes two runs comparable: the CPU's model name and instruction sets, and the torch build."
-    return run["cpu"]["model"], tuple(run["cpu"]["instruction_sets"]), run["torch"]
+    machine = run["machine"]
+    return machine["cpu_model"], tuple(machine["instruction_sets"]), machine["torch"]
 
 
 def merge_run(earlier: list, run: dict) -> list:

@@ -294,16 +294,17 @@ def test_activation_checkpointing_keeps_one_block_input_per_block_and_the_same_g
 def test_throughput_table_is_complete():
     from transformerbook.data import load_result
     machines = load_result("scale_throughput")["results"]["machines"]
-    assert {m["cpu"]["bf16_instructions"] for m in machines} == {False, True}  # chapter 08b sets one of each apart
+    assert {m["machine"]["bf16_instructions"] for m in machines} == {False, True}  # 08b sets one of each apart
     for m in machines:
         settings = [row["setting"] for row in m["rows"]]
         assert settings[0] == "float32, 1 process"  # the row the others are divided by
         assert any("bfloat16" in s for s in settings) and any("compiled" in s for s in settings)
         assert any("2 processes" in s for s in settings)
         assert any("bare step" in s for s in settings)  # the control: the live cell's way of timing
-        cpu = m["cpu"]  # the bfloat16 row depends on it (10x slower without bfloat16 instructions)
-        assert cpu["model"] and isinstance(cpu["bf16_instructions"], bool) and cpu["instruction_sets"]
-        assert m["command"].startswith("python experiments/scale_throughput.py") and m["torch"] in m["machine"]
+        machine = m["machine"]  # data.machine_record(): the bfloat16 row depends on it (10x slower without)
+        assert machine["cpu_model"] and isinstance(machine["bf16_instructions"], bool) and machine["instruction_sets"]
+        assert machine["torch"] and machine["cpu_count"] >= 1 and m["threads_per_process"] == 1
+        assert m["command"].startswith("python experiments/scale_throughput.py")
         for row in m["rows"]:
             assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1 and row["load_average"] >= 0
             assert len(row["tokens_per_s_repeats"]) == m["repeats"]
@@ -314,7 +315,7 @@ def test_throughput_runs_keep_one_entry_per_kind_of_machine():
     "A new run replaces the earlier run on the same CPU and torch, in its place, and is added after the others."
     exp = _experiment("scale_throughput")
     def run(model, sets, torch_version="2.13.0+cpu", tag=""):
-        return {"cpu": {"model": model, "instruction_sets": sets}, "torch": torch_version, "tag": tag}
+        return {"machine": {"cpu_model": model, "instruction_sets": sets, "torch": torch_version}, "tag": tag}
     a, b, c = run("EPYC", ["avx2"]), run("EPYC", ["avx2", "avx512_bf16"]), run("Xeon", ["avx2", "amx_bf16"])
     assert exp.merge_run([], a) == [a]
     assert exp.merge_run([a, b], c) == [a, b, c]
