@@ -5,8 +5,8 @@ loss curve is normal.
 **In the package** (`transformerbook.scale`): `model_flops_per_token(model_cfg)` counts the matrix-multiply FLOPs
 of one token's forward and backward pass through `GPT(model_cfg)`, exactly, for every switch of `GPTConfig` (GPT-2's
 and chapter 12's: SwiGLU, grouped-query heads, `d_head`, QK-norm, rotary positions); it is the book's one count of
-FLOPs per token, which chapter 9's scaling laws use too. `matmul_peak_flops()` measures what this machine's
-matrix multiply reaches, and `mfu(tokens_per_s, flops_per_token, peak_flops)` is model FLOPs utilisation.
+FLOPs per token, with which chapter 9 counts the compute of its sweep's runs. `matmul_peak_flops()` measures what
+this machine's matrix multiply reaches, and `mfu(tokens_per_s, flops_per_token, peak_flops)` is model FLOPs utilisation.
 `sharded_memory(n_params, n_gpus, stage)` is the memory per GPU of mixed-precision Adam under plain data parallelism
 and the three ZeRO stages (`ZERO_STAGES`; stage 3 is PyTorch's FSDP); chapter 6's `GPT.n_params` on the meta device
 counts a model's parameters without allocating them (`gpt_n_params`, which did that here, is deprecated).
