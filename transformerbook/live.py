@@ -1,19 +1,20 @@
 """Chapter 8's Shakespeare model and chapter 11's induction model exported to ONNX, run by ONNX Runtime in Python and
 in the web page, and checked against the package's own PyTorch functions.
 
-**In the package** (`transformerbook.live`): `LIVE_MODELS` names the two models the website runs and `live_model(name)`
-loads one (`ValueError` for another name); the induction model is never trained here: until `induction_trained()`,
-an untrained stand-in of the same shape takes its place and says so (`STAND_IN`). `ExplainedGPT(model)` wraps a GPT so that one call returns what the page
-shows: the next-token logits at every position, every head's attention weights (`interpret.attention_patterns`) and
-the logit lens (`lm_head.logit_lens`). `export_onnx(name, folder)` writes that wrapper as `<name>.onnx` (ONNX Runtime
-reads it in Python and, as WebAssembly, in the page) and `<name>.json` beside it (`live_info(name)`: the alphabet, the
-sizes and the checkpoint's SHA-256, `environment.weights_sha256`, also stored in the ONNX file's metadata);
-`live_file(name)` is that file in the book's cache, exported on first use. `encode_window(info, text)` gives the ids
-the page feeds the model (`ValueError` naming the characters outside the alphabet), `onnx_outputs(path, text)`
-runs an exported file on a text with ONNX Runtime, `model_outputs(name, text)` computes the same three arrays with the
-package's PyTorch functions, and `print_live_hashes()` prints each model's SHA-256 as the page shows it.
-`Mulberry32(seed)` is the tiny seeded random number generator that the page implements too, so that
-`sample_text(name, prompt, n_chars, seed, ...)` writes the text the page's "sample" button writes for the same seed.
+**In the package** (`transformerbook.live`): `LIVE_MODELS` names the two models the website runs and
+`live_model(name)` loads one (`ValueError` for another name); the induction model is never trained here: until
+`induction_trained()`, an untrained stand-in of the same shape takes its place and says so (`STAND_IN`).
+`ExplainedGPT(model)` wraps a GPT so that one call returns what the page shows: the next-token logits at every
+position, every head's attention weights (`interpret.attention_patterns`) and the logit lens (`lm_head.logit_lens`).
+`export_onnx(name, folder)` writes that wrapper as `<name>.onnx` (ONNX Runtime reads it in Python and, as WebAssembly,
+in the page) and `<name>.json` beside it (`live_info(name)`: the alphabet, the sizes and the checkpoint's SHA-256,
+`environment.weights_sha256`, also stored in the ONNX file's metadata); `live_file(name)` is that file in the book's
+cache, exported on first use. `encode_window(info, text)` gives the ids the page feeds the model (`ValueError` naming
+the characters outside the alphabet), `onnx_outputs(path, text)` runs an exported file on a text with ONNX Runtime,
+`model_outputs(name, text)` computes the same three arrays with the package's PyTorch functions, and
+`print_live_hashes()` prints each model's SHA-256 as the page shows it. `Mulberry32(seed)` is the tiny seeded random
+number generator that the page implements too, so that `sample_text(name, prompt, n_chars, seed, ...)` writes the text
+the page's "sample" button writes for the same seed.
 
 Docs: https://transformerbook.github.io/transformerbook/live.html.md"""
 
