@@ -6,7 +6,7 @@ page of chapter 8, "Training a GPT", which trains on them.
 `load_dataset` (the names in `DATASETS`) returns a tokenizer and the training and validation token ids;
 `prepare_data` / `load_prepared` tokenize a corpus of any size once into memory-mapped token files (`PREPARED_META`
 beside them); `get_batch` draws (B, T) windows with their shifted targets; `pack_documents` packs
-`<|endoftext|>`-separated documents into full windows; `check_splits` checks both splits before a run. `is_integer_tensor` says whether ids have an integer dtype.
+`<|endoftext|>`-separated documents into full windows; `check_splits` checks both splits before a run.
 
 Docs: https://transformerbook.github.io/transformerbook/corpus.html.md"""
 
@@ -144,7 +144,7 @@ def _read_chunks(fh, point: _SplitPoint | None = None, size: int = 1 << 20):
 
 # %% ../nbs/corpus.ipynb #4c9b3f28
 def _corpus_tokenizer(files: list[Path], tokenizer: str): # tokenizer: "char" or "gpt2"
-    "GPT-2's BPE, or a `CharTokenizer` over every character of `files` (a first pass, 1 MB at a time)."
+    "GPT-2's BPE, or a `CharTokenizer` over every character of `files` (a first pass, a million characters at a time)."
     if tokenizer != "char": return TiktokenGPT2()
     chars = set()
     for f in files:
@@ -215,9 +215,9 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
                  progress: bool = True,
                  allow_special: bool = False, # "gpt2" only: the text's literal <|endoftext|> become the end-of-text id
                 ) -> dict: # the metadata written to meta.json
-    """Tokenize a corpus once into memory-mappable token files, reading 1 MB at a time (memory bounded whatever the
-    corpus size). Raises `ValueError` for a missing source, an empty corpus, a file that is not UTF-8 text (naming it)
-    or a bad tokenizer / val_fraction."""
+    """Tokenize a corpus once into memory-mappable token files, reading a million characters at a time (memory bounded
+    whatever the corpus size). Raises `ValueError` for a missing source, an empty corpus, a file that is not UTF-8
+    text (naming it) or a bad tokenizer / val_fraction."""
     check_choice("tokenizer", tokenizer, ("char", "gpt2"))
     if allow_special and tokenizer != "gpt2":
         raise ValueError(f"allow_special needs the gpt2 tokenizer (it has <|endoftext|>), not {tokenizer!r}")

@@ -144,7 +144,8 @@ def autocast_notes(device: torch.device | str, # where the run's model is
     """A note for a run that autocasts to bfloat16 or float16 on a CPU for which torch reports no instructions for that
     format (oneDNN's `_is_mkldnn_bf16_supported` / `_is_mkldnn_fp16_supported`): its matrix products then take a slow
     path, measured about 10x slower than float32 for bfloat16 on the CPU without bfloat16 instructions in chapter 08b's
-    throughput table (and level with float32 on the one with them). None on a GPU, for float32, or where this torch
+    throughput table (and level with float32 on the one with them), and about 12x slower for float16 on a CPU without
+    float16 instructions (`bench/README.md`, `bench_step.py`). None on a GPU, for float32, or where this torch
     build cannot tell. Raises `ValueError` for a dtype not in `DTYPES`."""
     check_choice("dtype", dtype, DTYPES)
     if torch.device(device).type != "cpu" or dtype == "float32": return []
@@ -154,16 +155,18 @@ def autocast_notes(device: torch.device | str, # where the run's model is
         return []
     if supported: return []
     return [f"torch reports no {dtype} instructions on this CPU, so autocast's {dtype} matrix products take a slow "
-            f"path: expect this run to be slower than in float32 (bfloat16 ran 10x slower on chapter 08b's machine "
-            f"without bfloat16 instructions)"]
+            f"path: expect this run to be slower than in float32 (on CPUs without them, the book measured bfloat16 "
+            f"about 10x and float16 about 12x slower)"]
 
 
 # %% ../nbs/recipes.ipynb #c868cad3
 def baby_gpt_configs(vocab_size: int = 65, # 65 characters in TinyShakespeare
                      **train_overrides, # e.g. max_iters=200
                     ) -> tuple: # (GPTConfig, TrainConfig)
-    """nanoGPT's CPU 'baby GPT' for character-level Shakespeare: 4 layers, 4 heads, d_model 128, context 64,
-    batch 12, 2000 steps, lr 1e-3 -> 1e-4, no dropout; nanoGPT reports validation loss 1.88. An override such as
+    """nanoGPT's CPU 'baby GPT' recipe for character-level Shakespeare: 4 layers, 4 heads, d_model 128, context 64,
+    batch 12, 2000 steps, lr 1e-3 -> 1e-4, no dropout; nanoGPT reports validation loss 1.88. The model is the book's
+    GPT-2-style `GPTConfig` (biases, tanh GELU); nanoGPT's `train.py` has neither by default (`bench/README.md`
+    compares the two with nanoGPT's `--bias=True`). An override such as
     max_iters=200 keeps the preset's lr_decay_iters (2000) and warmup_iters (100): the learning rate then barely decays
     (and max_iters=50 is all warm-up). Pass lr_decay_iters=None (and a shorter warmup_iters) to decay over the new
     length, as `transformerbook train --max-iters` does."""

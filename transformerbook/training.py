@@ -55,9 +55,9 @@ from .validation import check_int_in_range, check_positive_int, check_positive_i
 
 # Re-exported: the chapter's names readers import from `transformerbook.training`, whatever room they live in.
 from .checkpoints import BEST_CHECKPOINT_NAME, CHECKPOINT_FORMAT, CHECKPOINT_VERSION  # noqa: F401
-from .checkpoints import RESUMABLE, CheckpointError, checkpoint_file, model_file  # noqa: F401
+from .checkpoints import RESUMABLE, CheckpointError, checkpoint_file, first_line, model_file  # noqa: F401
 from .corpus import DATASETS, PREPARED_META, load_prepared, pack_documents, prepare_data  # noqa: F401
-from .recipes import PRESETS, baby_gpt_configs, bits_per_byte, fit_warmup  # noqa: F401
+from .recipes import COMPILE_MODES, PRESETS, baby_gpt_configs, bits_per_byte, fit_warmup  # noqa: F401
 from .recipes import outside_reference, reference_band  # noqa: F401
 
 # %% auto #0
