@@ -1,6 +1,7 @@
 """The package's layout: every import between modules points to an earlier chapter or the same one (no arrow back,
 so no cycle), measured with the same walk as `tools/code_metrics.py` (issue 17)."""
 import ast
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -93,3 +94,18 @@ def test_checker_appendix_cells_are_short(path):
     import json
     lengths, _ = metrics.notebook_rhythm(json.loads(path.read_text(encoding="utf-8"))["cells"])
     assert lengths and max(lengths) <= metrics.MAX_EXPORT_LINES, f"{path.name}: cells of {sorted(lengths)[-3:]} lines"
+
+
+REEXPORT_CLAIM = r"transformerbook\.(\w+)`; chapter \w+'s `transformerbook\.(\w+)` re-exports every name"
+
+
+def test_companion_pages_are_re_exported_as_their_pages_say():
+    "A companion page that says its chapter's module re-exports every name: each name of its `__all__` is there."
+    import re
+    claims = [m.groups() for nb in sorted((ROOT / "nbs").glob("*.ipynb"))
+              for m in re.finditer(REEXPORT_CLAIM, nb.read_text(encoding="utf-8"))]
+    assert len(claims) >= 5, claims  # chat, checkpoints, corpus, kv_cache, recipes
+    for room, chapter in claims:
+        names = importlib.import_module(f"transformerbook.{room}").__all__
+        missing = [n for n in names if not hasattr(importlib.import_module(f"transformerbook.{chapter}"), n)]
+        assert not missing, f"transformerbook.{chapter} does not re-export {missing} of transformerbook.{room}"
