@@ -109,3 +109,27 @@ def test_companion_pages_are_re_exported_as_their_pages_say():
         names = importlib.import_module(f"transformerbook.{room}").__all__
         missing = [n for n in names if not hasattr(importlib.import_module(f"transformerbook.{chapter}"), n)]
         assert not missing, f"transformerbook.{chapter} does not re-export {missing} of transformerbook.{room}"
+
+
+def test_names_an_in_the_package_paragraph_lists_are_public():
+    "A function or class a chapter's 'In the package' paragraph names, defined in that module, is in its `__all__`."
+    import json
+    import re
+    import warnings
+    checked, private = 0, []
+    for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text(encoding="utf-8"))["cells"]:
+            text = "".join(cell["source"])
+            if cell["cell_type"] != "markdown" or "**In the package** (`transformerbook." not in text:
+                continue
+            module = importlib.import_module("transformerbook." + re.search(r"`transformerbook\.(\w+)`", text)[1])
+            for name in sorted(set(re.findall(r"`([A-Za-z]\w*)", text))):
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    obj = getattr(module, name, None)
+                deprecated = caught or (getattr(obj, "__doc__", None) or "").startswith("Deprecated")
+                if callable(obj) and getattr(obj, "__module__", None) == module.__name__ and not deprecated:
+                    checked += 1
+                    if name not in module.__all__: private.append(f"{nb.stem}: {module.__name__}.{name}")
+    assert checked > 100, checked
+    assert not private, f"named as the package's but not exported (#| exporti?): {private}"

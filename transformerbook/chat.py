@@ -18,7 +18,7 @@ from __future__ import annotations
 from .validation import check_instance, token_id_list
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'ROLES', 'ChatTokenizer', 'render_chat', 'parse_chat']
+__all__ = ['SPECIAL_TOKENS', 'ROLES', 'ChatTokenizer', 'render_chat', 'check_messages', 'parse_chat']
 
 # %% ../nbs/chat.ipynb #4f11500c
 SPECIAL_TOKENS = ("<|user|>", "<|assistant|>", "<|end|>")  # role of a turn, role of a turn, end of a turn
@@ -69,8 +69,11 @@ def render_chat(messages: list, # [{"role": "user" | "assistant", "content": str
     return ids, mask
 
 # %% ../nbs/chat.ipynb #905abb1d
-def check_messages(messages) -> None:
-    "Messages must be a non-empty list of {'role': one of ROLES, 'content': str}; errors name the index and field."
+def check_messages(messages: list, # [{"role": one of ROLES, "content": str}, ...]
+                  ) -> None:
+    """Check a conversation's shape: a non-empty list of {'role': one of `ROLES`, 'content': str}. Raises `TypeError`
+    (not a list, or a message not a dict) or `ValueError` (a bad role or content), naming the message's index and
+    field."""
     if not isinstance(messages, list) or not messages:
         raise TypeError(f"messages must be a non-empty list of dicts, got {type(messages).__name__} {messages!r:.60}")
     for i, m in enumerate(messages):
