@@ -129,9 +129,10 @@ def kv_cache_bytes(model_cfg, # a `GPTConfig` (uses n_layers, n_kv_heads and d_h
                    dtype: torch.dtype = torch.float32, # element type of the cached keys and values
                   ) -> int: # bytes
     """Memory of a full KV cache: 2 · n_layers · B · T · n_kv_heads · d_head · bytes per element (keys and values of
-    every layer); = 2 · n_layers · B · T · d_model for multi-head attention, n_heads / n_kv_heads times less with
-    GQA."""
+    every layer). For multi-head attention n_kv_heads = n_heads, and n_heads · d_head = d_model when d_head is
+    d_model / n_heads (GPT-2; Qwen3 sets d_head apart); GQA caches n_heads / n_kv_heads times less. Raises
+    `ValueError` for a negative n_tokens or batch_size."""
     check_nonnegative_int("n_tokens", n_tokens)
     check_nonnegative_int("batch_size", batch_size)
-    width = model_cfg.n_kv_heads * model_cfg.d_head  # keys (and values) per token per layer; d_model without GQA
+    width = model_cfg.n_kv_heads * model_cfg.d_head  # keys (and values) per token per layer
     return 2 * model_cfg.n_layers * batch_size * n_tokens * width * torch.empty((), dtype=dtype).element_size()
