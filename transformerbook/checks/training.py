@@ -54,7 +54,7 @@ _LOSS_PAD_IDS = (0, 10, 4)  # pad ids of the three cases (V = 11): the usual 0, 
 # %% ../../nbs/checks/08_training.ipynb #b74ba882
 @checker("Exercise 8.1 — the language-model loss with padding")
 def check_lm_loss(lm_loss) -> None:
-    "Check `lm_loss(logits, token_ids, pad_id)` against `lm_loss_reference` on padded and unpadded batches."
+    "Check `lm_loss(logits, token_ids, pad_id)` against `lm_loss_reference` on right-padded batches."
     for seed, pad in enumerate(_LOSS_PAD_IDS):
         logits, token_ids, pad_id = _loss_case(seed, pad_id=pad)
         out = call_learner(lm_loss, logits.clone(), token_ids.clone(), pad_id,
