@@ -153,3 +153,10 @@ def test_known_wrong_and_meta_cases_refuse_what_they_cannot_record():
 def test_meta_cases_are_what_the_checker_recorded(topic, case):
     "META_CASES holds exactly the known-wrong answers recorded beside their code (none lost between the two)."
     assert case.checker.known_wrong_answers == {n: (case.wrong[n], case.hints[n]) for n in case.wrong}
+
+
+@pytest.mark.parametrize("topic,case", CASES, ids=[f"{t}-{c.checker.__name__}" for t, c in CASES])
+def test_checker_is_annotated_as_returning_a_bool(topic, case):
+    "A checker returns a `Verdict` (true on PASS, false on NOT YET); its signature, shown in the docs, says bool."
+    assert case.checker.__annotations__.get("return") in ("bool", bool), (
+        f"{case.checker.__name__} is annotated -> {case.checker.__annotations__.get('return')!r}, not -> bool")

@@ -50,7 +50,7 @@ def _layer_norm_mistakes(x, gamma, beta, eps):
 # %% ../../nbs/checks/04_blocks.ipynb #2c17c462
 @checker("Exercise 4.1 — LayerNorm from scratch")
 def check_layer_norm(layer_norm: Callable, # layer_norm(x (..., D), gamma (D,), beta (D,), eps) -> (..., D)
-                    ) -> None:
+                    ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Compare the reader's `layer_norm` with J&M eqs. 10.20-10.23 (population σ, ε inside the sqrt) on two inputs."
     g = torch.Generator().manual_seed(0)
     cases = [(torch.randn(3, 5, 8, generator=g) * 3 + 1, 1e-5, "ordinary input (3, 5, 8), eps=1e-5"),
@@ -84,7 +84,7 @@ def _block_sublayers(seed: int = 0, d_model: int = 16, n_heads: int = 4, T: int 
 # %% ../../nbs/checks/04_blocks.ipynb #81060890
 @checker("Exercise 4.2 — the pre-norm block")
 def check_pre_norm_block(pre_norm_block: Callable, # pre_norm_block(x, attn, mlp, ln_1, ln_2) -> (B, T, D)
-                        ) -> None:
+                        ) -> bool: # True on PASS, False if it raises NotImplementedError
     ("Compare the reader's pre-norm block (J&M eqs. 10.38-10.43) with `TransformerBlock(norm_placement='pre')` "
      "on seeded sublayers.")
     block, x, (attn, mlp, ln_1, ln_2) = _block_sublayers()
@@ -142,7 +142,7 @@ def _affected_hint(affected_positions: Callable, got: Tensor, want: Tensor, x: T
 # %% ../../nbs/checks/04_blocks.ipynb #b6f5e9c9
 @checker("Exercise 4.3 — which positions does a sublayer mix?")
 def check_affected_positions(affected_positions: Callable, # affected_positions(layer, x (B, T, D), t) -> (T,) bool
-                            ) -> None:
+                            ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Check the reader's perturbation test on LayerNorm, a feed-forward net, causal and unmasked attention (J&M 10.4)."
     torch.manual_seed(0)
     D, T = 16, 7

@@ -63,7 +63,7 @@ def _indexes_directly(embed: Callable, token_ids: Tensor, E: Tensor) -> bool:
 # %% ../../nbs/checks/05_embeddings.ipynb #8f770441
 @checker("Exercise 5.1 — token embeddings as one-hot × E")
 def check_one_hot_embedding(embed: Callable, # embed(token_ids (B, T) int64, E (V, D)) -> (B, T, D)
-                           ) -> None:
+                           ) -> bool: # True on PASS, False if it raises NotImplementedError
     """Check the reader's one-hot × E (J&M Figs. 10.10-10.11) against row selection `E[token_ids]`; gradients must
     reach E, and E must not be indexed directly."""
     g = torch.Generator().manual_seed(0)
@@ -113,7 +113,7 @@ def _sinusoidal_mistakes(T: int, d_model: int) -> dict[str, Tensor]:
 # %% ../../nbs/checks/05_embeddings.ipynb #533ef094
 @checker("Exercise 5.2 — sinusoidal position encodings")
 def check_sinusoidal_encoding(encode: Callable, # encode(T, d_model) -> (T, d_model) float
-                             ) -> None:
+                             ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Compare the reader's encoding with notes eqs. 19.8-19.9 (`sinusoidal_positional_encoding`) for two sizes."
     check_against_reference(encode, sinusoidal_positional_encoding, [(12, 8), (5, 16)], what="encode",
                             name=lambda T, d_model: f"encode({T}, {d_model})", mistakes=_sinusoidal_mistakes,
@@ -123,7 +123,7 @@ def check_sinusoidal_encoding(encode: Callable, # encode(T, d_model) -> (T, d_mo
 # %% ../../nbs/checks/05_embeddings.ipynb #252e003d
 @checker("Exercise 5.3 — the offset-k rotation M_k")
 def check_rotation_matrix(rotation: Callable, # rotation(k, d_model) -> (d_model, d_model) with p_{t+k} = M_k p_t
-                         ) -> None:
+                         ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Check p_{t+k} = M_k p_t (notes 19.4(c)) for several offsets k and every position t, and that M_k is orthogonal."
     d_model, T = 8, 40
     pe = sinusoidal_positional_encoding(T, d_model)  # (T, D), row t = p_t
@@ -150,7 +150,7 @@ def check_rotation_matrix(rotation: Callable, # rotation(k, d_model) -> (d_model
 # %% ../../nbs/checks/05_embeddings.ipynb #048b0856
 @checker("Exercise 5.4 — cosine similarity")
 def check_cosine_similarity(cos_sim: Callable, # cos_sim(u (..., D), v (..., D)) -> (...,)
-                           ) -> None:
+                           ) -> bool: # True on PASS, False if it raises NotImplementedError
     """Compare the reader's cosine similarity (6.390 eq. 11.1) with `F.cosine_similarity(..., dim=-1)` on (5, 6) and
     (2, 3, 6) inputs, and check that parallel vectors give 1."""
     g = torch.Generator().manual_seed(0)

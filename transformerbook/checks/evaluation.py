@@ -44,7 +44,7 @@ def _classifier_setup() -> tuple:
 
 @checker("Exercise 11a.1 — a likelihood classifier")
 def check_classify_by_likelihood(classify, # classify(model, tokenizer, prompt, candidates) -> (scores (K,), index)
-                                ) -> None:
+                                ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Scores must equal log P(c | x) summed over c's tokens (J&M 10.7), and the choice their argmax."
     model, tok, cases = _classifier_setup()
     for prompt, cands in cases:
@@ -165,7 +165,7 @@ def _joined_substring(train_text, examples, n=13):  # looks an n-gram up in the 
 # %% ../../nbs/checks/11a_evaluation.ipynb #da0f6d77
 @checker("Exercise 11a.2 — the 13-gram overlap")
 def check_contaminated(fn, # fn(train_text, examples, n=13) -> list[bool]
-                      ) -> None:
+                      ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Brown et al. (2020, Appendix C): dirty = shares at least one n-gram of lower-cased words, punctuation dropped."
     expected = _contaminated_reference(_TRAIN, _EXAMPLES)
     got = call_learner(fn, _TRAIN, _EXAMPLES, what="contaminated(train_text, examples)")
@@ -206,7 +206,7 @@ def _epochs_weight_only(n_tokens, weight, n_training_tokens): return weight * n_
 
 @checker("Exercise 11a.3 — epochs of a data mix")
 def check_epochs(fn, # fn(n_tokens, weight, n_training_tokens) -> float, passes over the source
-                ) -> None:
+                ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Compare with weight x training tokens / source tokens on GPT-3's five sources (Brown et al. 2020, Table 2.2)."
     for name, (n, w, _) in GPT3_DATA_MIX.items():
         got = call_learner(fn, n, w, GPT3_TRAINING_TOKENS, what=f"epochs({n:.0e}, {w}, {GPT3_TRAINING_TOKENS:.0e})")

@@ -62,7 +62,7 @@ def _previous_token_mistakes(weights: Tensor) -> dict:
             "average over the queries, do not sum": diag.sum(-1)}
 
 @checker("Exercise 11.1 — a previous-token score")
-def check_previous_token_score(my_previous_token_score) -> None:
+def check_previous_token_score(my_previous_token_score) -> bool:
     "`my_previous_token_score(weights)` must map (..., T, T) weights to (...) scores, as `previous_token_score`."
     _check_score(my_previous_token_score, "my_previous_token_score", previous_token_score, _PATTERN_CASES,
                  _previous_token_mistakes, "take weights[..., i, i-1] for i = 1..T-1 and average them")
@@ -86,7 +86,7 @@ _INDUCTION_CASES = [(_hand_patterns(8), 3), (_causal_patterns((6, 6), 2), 3), (_
                     (_causal_patterns((4, 12, 12), 4), 9)]
 
 @checker("Exercise 11.2 — the induction score")
-def check_induction_score(my_induction_score) -> None:
+def check_induction_score(my_induction_score) -> bool:
     "`my_induction_score(weights, period)` must map (..., T, T) weights to (...) scores, as `induction_score`."
     _check_score(my_induction_score, "my_induction_score", induction_score, _INDUCTION_CASES, _induction_mistakes,
                  "for each query i = L..T-1 take weights[..., i, i - L + 1], then average")
@@ -102,7 +102,7 @@ def _first_token_mistakes(weights: Tensor) -> dict:
             "divide by the T-1 queries you kept, not by T": weights[..., 1:, 0].sum(-1) / T}
 
 @checker("Exercise 11.3 — an attention-sink score")
-def check_first_token_score(my_first_token_score) -> None:
+def check_first_token_score(my_first_token_score) -> bool:
     "`my_first_token_score(weights)` must map (..., T, T) weights to (...) scores, as `first_token_score`."
     _check_score(my_first_token_score, "my_first_token_score", first_token_score, _PATTERN_CASES,
                  _first_token_mistakes, "take weights[..., i, 0] for i = 1..T-1 and average them")

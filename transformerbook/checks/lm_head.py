@@ -55,7 +55,7 @@ def _diagnose(diff: int, model_cfg: GPTConfig) -> str:
 
 # %% ../../nbs/checks/06_lm_head.ipynb #07ead450
 @checker("Exercise 6.1 — count a GPT's parameters")
-def check_count_params(count_params) -> None:
+def check_count_params(count_params) -> bool:
     "`count_params(model_cfg) -> int` must equal the number of distinct parameters of `GPT(model_cfg)`."
     for model_cfg in _COUNT_CONFIGS:
         with torch.device("meta"):
@@ -105,7 +105,7 @@ def _count_no_biases(model_cfg):  # forgets the linear layers' biases
 
 # %% ../../nbs/checks/06_lm_head.ipynb #7c0aa1b9
 @checker("Exercise 6.2 — tie the LM head to the embeddings")
-def check_tie_weights(tie_weights) -> None:
+def check_tie_weights(tie_weights) -> bool:
     "`tie_weights(model)` must make `model.lm_head` share `model.embeddings.token.weight` (one Parameter)."
     model_cfg = GPTConfig(vocab_size=48, context_length=48, d_model=16, n_heads=2, n_layers=2, tie_weights=False)
     torch.manual_seed(0)
@@ -181,7 +181,7 @@ _UNTIED = ("you unembedded with E (model.embeddings.token.weight), which is the 
 
 # %% ../../nbs/checks/06_lm_head.ipynb #2a6285f3
 @checker("Exercise 6.3 — the logit lens's next-token distribution")
-def check_lens_probs(lens_probs) -> None:
+def check_lens_probs(lens_probs) -> bool:
     "`lens_probs(model, h)` (B, T, D) -> (B, T, V) must be softmax(lm_head(ln_f(h))), on a tied and an untied GPT."
     for tied in (True, False):
         model = _lens_model(tied)

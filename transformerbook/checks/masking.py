@@ -55,7 +55,7 @@ def _assert_mask_equal(actual, # the reader's mask
 # %% ../../nbs/checks/02_masking.ipynb #8efe01f5
 @checker("Exercise 2.2 — causal mask")
 def check_causal_mask(fn, # fn(T) -> (T, T) bool, True where query i may attend key j
-                     ) -> None:
+                     ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Check `fn(T)` against `causal_mask(T)` for several T, recognising the classic mistakes."
     # T = 1 comes last: a 1 x 1 mask cannot tell a missing diagonal from a flipped polarity, so the hints are only
     # trusted once T >= 2 has passed.
@@ -74,7 +74,7 @@ def check_causal_mask(fn, # fn(T) -> (T, T) bool, True where query i may attend 
 # %% ../../nbs/checks/02_masking.ipynb #2c6f3998
 @checker("Exercise 2.3 — padding mask")
 def check_padding_mask(fn, # fn(lengths, T) -> (B, T) bool, True at real (non-pad) positions, padding on the right
-                      ) -> None:
+                      ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Check `fn(lengths, T)` (right padding) against `make_padding_mask(lengths, T)` on several batches."
     for lengths, T in (([3, 1, 4, 0], 4), ([10, 10, 10, 6, 10, 9, 10, 8], 10), ([1], 1), ([2, 5], 7)):
         lengths_t = torch.tensor(lengths)
@@ -92,7 +92,7 @@ def check_padding_mask(fn, # fn(lengths, T) -> (B, T) bool, True at real (non-pa
 # %% ../../nbs/checks/02_masking.ipynb #a99135c4
 @checker("Exercise 2.4 — combined causal and key padding mask")
 def check_combine_masks(fn, # fn(causal (T, S), key_padding (B, S)) -> (B, 1, T, S) bool
-                       ) -> None:
+                       ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Check `fn(causal, key_padding)` against `combine_masks` for square and rectangular (S > T) masks."
     for lengths, T, S, side in (([3, 5, 1], 5, 5, "right"), ([2, 4], 4, 4, "left"), ([6, 3], 2, 6, "right")):
         causal = causal_mask(T, S)
@@ -135,7 +135,7 @@ def _masked_attention_hint(out: Tensor, q: Tensor, k: Tensor, v: Tensor, m: Tens
 # %% ../../nbs/checks/02_masking.ipynb #83be4eff
 @checker("Exercise 2.5 — masked attention without NaN")
 def check_masked_attention(fn, # fn(q, k, v, mask) -> (..., T, d_v); mask (..., T, S) bool, True = may attend
-                          ) -> None:
+                          ) -> bool: # True on PASS, False if it raises NotImplementedError
     """Check `fn(q, k, v, mask)`, with q (..., T, d_k), k (..., S, d_k), v (..., S, d_v), against the book's attention,
     including queries whose every key is masked, and on 2-D and 3-D inputs."""
     g = torch.Generator().manual_seed(0)

@@ -44,7 +44,7 @@ def _rms_norm_mistakes(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tenso
                 weight * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps)}
 
 @checker("Exercise 12.1 — RMSNorm")
-def check_rms_norm(rms_norm) -> None:
+def check_rms_norm(rms_norm) -> bool:
     "`rms_norm(x, weight, eps) -> Tensor` must equal `blocks.RMSNorm` (ε inside the square root, no mean subtracted)."
     g = torch.Generator().manual_seed(0)
     cases = [(torch.randn(2, 5, 8, generator=g, dtype=torch.float64) * scale + scale,
@@ -59,7 +59,7 @@ def _rotary_ref(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 @checker("Exercise 12.2 — rotate q and k")
-def check_apply_rotary(rotate) -> None:
+def check_apply_rotary(rotate) -> bool:
     ("`rotate(x, cos, sin) -> Tensor` must equal `embeddings.apply_rotary` (half-split layout), the rotation "
      "that makes q·k depend on the positions only through their difference.")
     g = torch.Generator().manual_seed(0)
@@ -90,7 +90,7 @@ def _cache_ref(n_layers: int, n_heads: int, n_kv_heads: int, d_head: int, n_toke
 _CACHE_CASES = [(12, 12, 1, 64, 1024, 4), (32, 32, 8, 128, 8192, 2), (80, 64, 8, 128, 1000, 2), (4, 8, 8, 16, 7, 4)]
 
 @checker("Exercise 12.3 — KV-cache size under GQA")
-def check_kv_cache_size(cache_bytes) -> None:
+def check_kv_cache_size(cache_bytes) -> bool:
     "`cache_bytes(n_layers, n_heads, n_kv_heads, d_head, n_tokens, bytes_per_element) -> int` = 2·L·kv·Dh·T·bytes."
     from transformerbook.lm_head import GPTConfig
     from transformerbook.sampling import kv_cache_bytes
@@ -122,7 +122,7 @@ class _SwiGLURef(nn.Module):
     def forward(self, x: Tensor) -> Tensor: return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 @checker("Exercise 12.4 — a SwiGLU block")
-def check_swiglu(cls) -> None:
+def check_swiglu(cls) -> bool:
     "`cls(d_model, d_ff)` with Linear layers w1, w3 (D -> F) and w2 (F -> D) must compute w2(SiLU(w1 x) ⊙ w3 x)."
     torch.manual_seed(0)
     ref = SwiGLUFeedForward(12, 32)

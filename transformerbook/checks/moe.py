@@ -53,7 +53,7 @@ def _gate_mistakes(logits: Tensor, top_k: int) -> dict[str, Tensor]:
 # %% ../../nbs/checks/10_moe.ipynb #c9db3892
 @checker("Exercise 10.1 — the top-k gate")
 def check_top_k_gate(top_k_gate: Callable, # top_k_gate(logits (N, E), top_k) -> (weights (N, K), indices (N, K))
-                    ) -> None:
+                    ) -> bool: # True on PASS, False if it raises NotImplementedError
     ("Compare the reader's top-k gate with `TopKRouter` (softmax, top-k, renormalise; notes eq. 19.18; Mixtral) "
      "for k = 1, 2, 3.")
     g = torch.Generator().manual_seed(0)
@@ -97,7 +97,7 @@ def _balance_mistakes(logits: Tensor, top_k: int) -> dict[str, Tensor]:
 # %% ../../nbs/checks/10_moe.ipynb #3ad82ab1
 @checker("Exercise 10.2 — the load-balancing loss")
 def check_load_balancing_loss(balance_loss: Callable, # balance_loss(router_logits (N, E), top_k) -> () tensor
-                             ) -> None:
+                             ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Compare the reader's E·Σᵢ fᵢPᵢ (Fedus et al. 2021 eqs. 4-6) with `load_balancing_loss`, and check its gradient."
     g = torch.Generator().manual_seed(0)
     skew = torch.tensor([2.0, 1.0, 0.0, 0.0, -1.0, 0.0])
@@ -177,7 +177,7 @@ def _check_expert_calls(experts: list[_CountedExpert], x: Tensor, indices: Tenso
 @checker("Exercise 10.3 — dispatching tokens to experts")
 def check_moe_dispatch(
     moe_dispatch: Callable, # moe_dispatch(x (N, D), weights (N, K), indices (N, K), experts) -> (N, D)
-) -> None:
+) -> bool: # True on PASS, False if it raises NotImplementedError
     ("Compare the reader's dispatch (notes eq. 19.18) with `MoEFeedForward` on seeded routers, including an unused "
      "expert, and check that each expert ran at most once, on exactly the tokens that chose it.")
     for seed, N, top_k, skip in ((0, 9, 2, False), (1, 16, 3, True), (2, 6, 1, False)):

@@ -33,7 +33,7 @@ def _same(a, b) -> bool:
 # %% ../../nbs/checks/03_multihead.ipynb #d395d0a1
 @checker("Exercise 3.2 — split the heads")
 def check_split_heads(fn, # fn(x (B, T, D), n_heads) -> (B, H, T, D / H)
-                     ) -> None:
+                     ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Check `fn(x, n_heads)` against `multihead.split_heads`, recognising wrong reshape orders."
     g = torch.Generator().manual_seed(0)
     for B, T, D, H in ((2, 5, 12, 3), (1, 4, 8, 2), (3, 1, 6, 6)):
@@ -59,7 +59,7 @@ def check_split_heads(fn, # fn(x (B, T, D), n_heads) -> (B, H, T, D / H)
 # %% ../../nbs/checks/03_multihead.ipynb #78cfb997
 @checker("Exercise 3.3 — merge the heads")
 def check_merge_heads(fn, # fn(x (B, H, T, Dh)) -> (B, T, H·Dh): the heads concatenated per position
-                     ) -> None:
+                     ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Check `fn(x)` against `multihead.merge_heads` and that it undoes `split_heads`."
     g = torch.Generator().manual_seed(1)
     for B, H, T, Dh in ((2, 3, 5, 4), (1, 2, 4, 3), (2, 4, 1, 2)):
@@ -160,7 +160,7 @@ def _mha_mistakes(ref: MultiHeadAttention, x: Tensor, mask: Tensor | None) -> di
 @checker("Exercise 3.4 — a multi-head attention class")
 def check_multihead_class(
     cls, # cls(d_model, n_heads), an nn.Module with q_proj/k_proj/v_proj/out_proj; forward(x, mask=None)
-) -> None:
+) -> bool: # True on PASS, False if it raises NotImplementedError
     "Build `cls`, copy the reference's weights into it, and compare outputs in eval mode, with and without masks."
     for d_model, n_heads in ((16, 4), (12, 3), (8, 1)):
         torch.manual_seed(d_model)
@@ -220,7 +220,7 @@ def _from_torch_mistakes(theirs: nn.MultiheadAttention, x: Tensor, mask: Tensor)
 # %% ../../nbs/checks/03_multihead.ipynb #fa15085e
 @checker("Exercise 3.5 — weights from torch.nn.MultiheadAttention")
 def check_from_torch(fn, # fn(torch_mha: nn.MultiheadAttention) -> MultiHeadAttention computing the same function
-                    ) -> None:
+                    ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Check that `fn(torch_mha)` returns a `MultiHeadAttention` whose output equals torch's on the same inputs."
     for d_model, n_heads in ((16, 4), (12, 2)):
         torch.manual_seed(n_heads)

@@ -68,7 +68,7 @@ def _accumulation_hint(out, expected, stale, last, rows, n_slices, T=6) -> str:
 
 # %% ../../nbs/checks/08b_scale.ipynb #6aa66c5a
 @checker("Exercise 8b.1 — gradient accumulation")
-def check_accumulated_grads(accumulated_grads) -> None:
+def check_accumulated_grads(accumulated_grads) -> bool:
     ("Check `accumulated_grads(model, token_ids, targets, n_slices)` against the whole batch's gradient, for 2 and "
      "4 slices, on a model whose .grad still holds an earlier step's gradient.")
     for n_slices in (2, 4):
@@ -160,7 +160,7 @@ def _slice_hint(out: slice, expected: slice, batch_size: int) -> str:
     return "each rank takes batch_size // world_size contiguous rows"
 
 @checker("Exercise 8b.2 — each rank's share of the global batch")
-def check_batch_slice(batch_slice_fn) -> None:
+def check_batch_slice(batch_slice_fn) -> bool:
     "Check the rows of `batch_slice_fn(batch_size, rank, world_size)` against `training.batch_slice`, and the error."
     for batch_size, world in ((12, 1), (12, 2), (12, 3), (64, 8)):
         for rank in range(world):
@@ -228,7 +228,7 @@ def _as_number(out) -> float | None:
     return None
 
 @checker("Exercise 8b.3 — memory per GPU of sharded mixed-precision Adam")
-def check_sharded_memory(sharded_memory_fn) -> None:
+def check_sharded_memory(sharded_memory_fn) -> bool:
     "Check `sharded_memory_fn(n_params, n_gpus, stage)` (any real number type) against `scale.sharded_memory`."
     for n_params, n_gpus in ((1_000, 1), (7_500_000_000, 64), (124_439_808, 8)):
         for stage in ZERO_STAGES:

@@ -46,7 +46,7 @@ def _as_number(x, what: str) -> float:
 
 # %% ../../nbs/checks/09_scaling.ipynb #a28dbe22
 @checker("Exercise 9.1 — the compute of a training run")
-def check_training_flops(kaplan_training_flops) -> None:
+def check_training_flops(kaplan_training_flops) -> bool:
     ("`kaplan_training_flops(model_cfg, n_tokens)` must be D · 3 · (2N + 2·n_layers·context_length·d_model), "
      "N non-embedding.")
     for model_cfg in _FLOPS_CONFIGS:
@@ -87,7 +87,7 @@ _LAWS = [HOFFMANN_2022, BESIROGLU_2024, ChinchillaLaw(E=1.5, A=300.0, B=1000.0, 
 _BUDGETS = [1e18, 1e21, 5.76e23]
 
 @checker("Exercise 9.2 — spend a budget compute-optimally")
-def check_compute_optimal(compute_optimal) -> None:
+def check_compute_optimal(compute_optimal) -> bool:
     "`compute_optimal(flops, E, A, B, alpha, beta)` must return (N_opt, D_opt) minimising L(N, D) with 6ND = C."
     for law in _LAWS:
         args = (law.E, law.A, law.B, law.alpha, law.beta)
@@ -161,7 +161,7 @@ def _power_law_data() -> list[tuple[Tensor, Tensor]]:
             (x3, power_law(x3, 1e3, 0.5) * noise(5, 0.02))]
 
 @checker("Exercise 9.3 — fit a power law in log space")
-def check_fit_power_law(my_fit_power_law) -> None:
+def check_fit_power_law(my_fit_power_law) -> bool:
     "`my_fit_power_law(x, losses)` must return (x_c, alpha) of the least-squares line through (log x, log L)."
     for i, (x, losses) in enumerate(_power_law_data()):
         what = f"my_fit_power_law(x, losses) on data set {i} ({len(x)} points, x from {x[0]:.3g} to {x[-1]:.3g})"

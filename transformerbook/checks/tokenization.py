@@ -54,7 +54,7 @@ def _bpe_merges(ids: list[int], vocab_size: int, pick=most_frequent_pair, apply:
 # %% ../../nbs/checks/05a_tokenization.ipynb #71700d7b
 @checker("Exercise 5a.1 — get_pair_counts")
 def check_get_pair_counts(fn, # the learner's `get_pair_counts(ids) -> {(a, b): count}`
-                         ) -> None:
+                         ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Compare `fn` with `transformerbook.tokenization.get_pair_counts` on small id lists, overlaps included."
     cases = [([1, 2, 3, 1, 2, 3], "count every adjacent pair; (1, 2) and (2, 3) occur twice."),
              ([97, 97, 97], "overlapping pairs count: positions 0-1 and 1-2 are both (97, 97), so its count is 2."),
@@ -84,7 +84,7 @@ def check_get_pair_counts(fn, # the learner's `get_pair_counts(ids) -> {(a, b): 
 # %% ../../nbs/checks/05a_tokenization.ipynb #26c15a66
 @checker("Exercise 5a.1 — merge")
 def check_merge(fn, # the learner's `merge(ids, pair, new_id) -> list[int]`
-               ) -> None:
+               ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Compare `fn` with `transformerbook.tokenization.merge`: every occurrence, left to right, never overlapping."
     cases = [([1, 2, 3, 1, 2], (1, 2), 99, "replace every occurrence of the pair, not only the first."),
              ([97, 97, 97], (97, 97), 256, "scan left to right and skip both ids after a match: aaa -> [256, 97]."),
@@ -119,7 +119,7 @@ def check_merge(fn, # the learner's `merge(ids, pair, new_id) -> list[int]`
 # %% ../../nbs/checks/05a_tokenization.ipynb #2a4e229c
 @checker("Exercise 5a.2 — train a byte-level BPE")
 def check_train_bpe(fn, # the learner's `train_bpe(text, vocab_size) -> {(a, b): new_id}`
-                   ) -> None:
+                   ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Compare `fn`'s merges, in order, with `BasicBPETokenizer().train(text, vocab_size).merges`."
     cases = [("aaabdaaabac", 259,
               "Wikipedia: aa -> 256, then ab -> 257 (tied with (256, 97); take the smallest pair)."),
@@ -162,7 +162,7 @@ _SPLIT = "join the bytes of all tokens first and decode once: a character's byte
 # %% ../../nbs/checks/05a_tokenization.ipynb #749414d3
 @checker("Exercise 5a.3 — decode")
 def check_decode(fn, # the learner's `decode(ids, vocab) -> str`
-                ) -> None:
+                ) -> bool: # True on PASS, False if it raises NotImplementedError
     "Check `fn(ids, vocab)` on tokens that split multi-byte characters and on invalid UTF-8."
     cases = [([104, 256], "hé", "look up each id's bytes in vocab and decode UTF-8."),
              ([257, 258], "héllo", _SPLIT), ([104, 195, 169], "hé", _SPLIT),

@@ -53,7 +53,7 @@ _LOSS_PAD_IDS = (0, 10, 4)  # pad ids of the three cases (V = 11): the usual 0, 
 
 # %% ../../nbs/checks/08_training.ipynb #b74ba882
 @checker("Exercise 8.1 — the language-model loss with padding")
-def check_lm_loss(lm_loss) -> None:
+def check_lm_loss(lm_loss) -> bool:
     "Check `lm_loss(logits, token_ids, pad_id)` against `lm_loss_reference` on right-padded batches."
     for seed, pad in enumerate(_LOSS_PAD_IDS):
         logits, token_ids, pad_id = _loss_case(seed, pad_id=pad)
@@ -115,7 +115,7 @@ def _pack_mistakes(docs: list, T: int, eos: int) -> dict[str, Tensor]:
 
 # %% ../../nbs/checks/08_training.ipynb #b14cf33e
 @checker("Exercise 8.2 — packing documents into context windows")
-def check_pack(pack) -> None:
+def check_pack(pack) -> bool:
     "Check `pack(documents, context_length, eos_token_id)` against `pack_documents` on hand-made cases."
     for docs, T in _PACK_CASES:
         expected = pack_documents(docs, T, _PACK_EOS)
@@ -165,7 +165,7 @@ def _lr_mistakes(s: int, train_cfg: TrainConfig) -> dict[str, float]:
 
 # %% ../../nbs/checks/08_training.ipynb #00e001d7
 @checker("Exercise 8.3 — warm-up and cosine decay")
-def check_lr_schedule(lr_schedule) -> None:
+def check_lr_schedule(lr_schedule) -> bool:
     "Check `lr_schedule(step, train_cfg)` against `lr_at` at every step of three schedules (and past their end)."
     for train_cfg in _SCHEDULES:
         for s in range(train_cfg.decay_iters + 10):
