@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 
 from ..attention import attention_weights, scaled_dot_product_attention
-from .core import assert_tensors_close, call_learner, checker, diagnose, known_wrong, meta_cases
+from .core import NoAnswerYet, assert_tensors_close, call_learner, checker, diagnose, known_wrong
+from .core import meta_cases
 from ..masking import causal_mask
 
 # %% auto #0
@@ -366,9 +367,10 @@ def _grade_choice(answer, # the reader's choice: a letter, an option's name, or 
                   question: str, # e.g. "Question 1.1"
                   match=None, # optional: maps a non-string answer (a tensor, a list) to a letter, or None
                  ) -> None:
-    "Raise `AssertionError` saying why the chosen option is wrong; `NotImplementedError` for an unanswered `...`."
+    "Raise `AssertionError` saying why the chosen option is wrong; `NoAnswerYet` for an unanswered `...`."
     if callable(answer) and not isinstance(answer, torch.Tensor): answer = answer()
-    if answer is None or answer is Ellipsis: raise NotImplementedError
+    if answer is None or answer is Ellipsis:
+        raise NoAnswerYet("no answer yet: replace `...` with your choice and run this cell again.")
     names = {name.lower(): letter for letter, (name, _) in options.items()}
     if isinstance(answer, str):
         letter = answer.strip().upper() if answer.strip().upper() in options else names.get(answer.strip().lower())

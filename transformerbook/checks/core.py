@@ -1,8 +1,9 @@
 """The small toolkit behind every exercise checker: one pass line, or an error that says exactly what is wrong.
 
 **In the package** (`transformerbook.checks.core`): the tools every checker is built from. `checker(title)` turns a
-function into a checker that prints PASS or NOT YET and returns a `Verdict` (true when it passed, shown as nothing
-in a notebook); `call_learner` calls the reader's code, so that a crash in it becomes a failed check with a one-line
+function into a checker that prints PASS or NOT YET and returns a `Verdict` (true when it passed, shown as nothing in
+a notebook), and a check raises `NoAnswerYet` when the reader has not answered a poll yet (NOT YET with its own
+message); `call_learner` calls the reader's code, so that a crash in it becomes a failed check with a one-line
 message; `assert_tensors_close` and `diagnose` compare an answer with the reference and with known mistakes, to say
 which mistake it is, and `check_against_reference` runs that comparison over a checker's cases; `known_wrong` records
 beside its code a wrong answer a checker must reject, and `meta_cases` gathers them with the reference into the
@@ -22,8 +23,8 @@ from typing import Callable
 import torch
 
 # %% auto #0
-__all__ = ['Verdict', 'checker', 'assert_tensors_close', 'call_learner', 'diagnose', 'check_against_reference', 'MetaCase',
-           'known_wrong', 'meta_cases']
+__all__ = ['Verdict', 'NoAnswerYet', 'checker', 'assert_tensors_close', 'call_learner', 'diagnose', 'check_against_reference',
+           'MetaCase', 'known_wrong', 'meta_cases']
 
 # %% ../../nbs/checks/00_core.ipynb #a45ae6eb
 class Verdict:
@@ -41,6 +42,9 @@ class Verdict:
     def _ipython_display_(self) -> None: "Show nothing in Jupyter (IPython calls this instead of displaying a repr)."
 
 # %% ../../nbs/checks/00_core.ipynb #34dc216f
+class NoAnswerYet(NotImplementedError):
+    "Raised by a check when the reader has not answered yet (a poll still holding `...`); its text says what to do."
+
 def checker(title: str, # what is being checked, e.g. "Exercise 1.2 — scaled dot-product attention"
            ) -> Callable:
     "Decorator: a function that raises `AssertionError` on a wrong answer becomes a checker printing PASS / NOT YET."
@@ -49,9 +53,10 @@ def checker(title: str, # what is being checked, e.g. "Exercise 1.2 — scaled d
         def run(candidate, *args, **kwargs) -> Verdict:
             try:
                 check(candidate, *args, **kwargs)
-            except NotImplementedError:
-                message = (f"NOT YET  {title}: your code raises NotImplementedError. "
-                           "Fill in the stub and run this cell again.")
+            except NotImplementedError as e:
+                why = str(e) if isinstance(e, NoAnswerYet) else ("your code raises NotImplementedError. "
+                                                                 "Fill in the stub and run this cell again.")
+                message = f"NOT YET  {title}: {why}"
                 print(message)
                 return Verdict(False, message)
             print(f"PASS  {title}")
