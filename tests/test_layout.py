@@ -3,6 +3,9 @@ so no cycle), measured with the same walk as `tools/code_metrics.py` (issue 17).
 import ast
 import importlib
 import importlib.util
+import json
+import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -91,7 +94,6 @@ def test_notebook_rhythm(name):
 def test_checker_appendix_cells_are_short(path):
     """The checker appendices keep their exported cells to the chapters' length too (their examples are the tests of
     tests/test_checkers.py, so only the length rule applies)."""
-    import json
     lengths, _ = metrics.notebook_rhythm(json.loads(path.read_text(encoding="utf-8"))["cells"])
     assert lengths and max(lengths) <= metrics.MAX_EXPORT_LINES, f"{path.name}: cells of {sorted(lengths)[-3:]} lines"
 
@@ -101,7 +103,6 @@ REEXPORT_CLAIM = r"transformerbook\.(\w+)`; chapter \w+'s `transformerbook\.(\w+
 
 def test_companion_pages_are_re_exported_as_their_pages_say():
     "A companion page that says its chapter's module re-exports every name: each name of its `__all__` is there."
-    import re
     claims = [m.groups() for nb in sorted((ROOT / "nbs").glob("*.ipynb"))
               for m in re.finditer(REEXPORT_CLAIM, nb.read_text(encoding="utf-8"))]
     assert len(claims) >= 5, claims  # chat, checkpoints, corpus, kv_cache, recipes
@@ -113,9 +114,6 @@ def test_companion_pages_are_re_exported_as_their_pages_say():
 
 def test_names_an_in_the_package_paragraph_lists_are_public():
     "A function or class a chapter's 'In the package' paragraph names, defined in that module, is in its `__all__`."
-    import json
-    import re
-    import warnings
     checked, private = 0, []
     for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
         for cell in json.loads(nb.read_text(encoding="utf-8"))["cells"]:

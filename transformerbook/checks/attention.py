@@ -369,8 +369,7 @@ def _grade_choice(answer, # the reader's choice: a letter, an option's name, or 
                  ) -> None:
     "Raise `AssertionError` saying why the chosen option is wrong; `NoAnswerYet` for an unanswered `...`."
     if callable(answer) and not isinstance(answer, torch.Tensor): answer = answer()
-    if answer is None or answer is Ellipsis:
-        raise NoAnswerYet("no answer yet: replace `...` with your choice and run this cell again.")
+    if answer is None or answer is Ellipsis: raise NoAnswerYet()
     names = {name.lower(): letter for letter, (name, _) in options.items()}
     if isinstance(answer, str):
         letter = answer.strip().upper() if answer.strip().upper() in options else names.get(answer.strip().lower())

@@ -44,6 +44,8 @@ class Verdict:
 # %% ../../nbs/checks/00_core.ipynb #34dc216f
 class NoAnswerYet(NotImplementedError):
     "Raised by a check when the reader has not answered yet (a poll still holding `...`); its text says what to do."
+    def __init__(self, message: str = "no answer yet: replace `...` with your choice and run this cell again."):
+        super().__init__(message)
 
 def checker(title: str, # what is being checked, e.g. "Exercise 1.2 — scaled dot-product attention"
            ) -> Callable:
