@@ -130,6 +130,9 @@ def test_sample_is_reproducible(trained):
     (["train", "--batch-size", "0"], "batch_size=0 must be an int >= 1"),
     (["train", "--learning-rate", "0"], "learning_rate=0.0 must be > 0"),
     (["train", "--learning-rate=-1e-3"], "learning_rate=-0.001 must be > 0"),
+    (["train", "--lr", "0"], "learning_rate=0.0 must be > 0"),  # finetune's spelling; argparse took it for --lr-d...
+    (["train", "--max", "5"], "unrecognized arguments: --max 5"),  # options are spelled in full
+    (["train", "--max-iters", "-3"], "max_iters=-3 must be an int >= 1"),  # and no warm-up note before it
     (["train", "--tokenizer", "word"], "invalid choice: 'word'"),
     (["train", "--max-iters", "ten"], "invalid int value: 'ten'"),
     (["train", "--resume"], "no checkpoint at"),

@@ -43,7 +43,10 @@ __all__ = ['COMMANDS_GROUP', 'MODEL_CARD_NAME', 'build_parser', 'model_card', 'w
 
 # %% ../nbs/08a_cli.ipynb #9d3739ee
 class _Parser(argparse.ArgumentParser):
-    "argparse, but a usage mistake is one line on stderr (exit status 2)."
+    """argparse, but a usage mistake is one line on stderr (exit status 2), and options are spelled in full: argparse
+    would otherwise take `--lr 100` for `--lr-decay-iters 100`, and a prefix changes meaning when an option is added."""
+    def __init__(self, *args, **kwargs): super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
     def error(self, message):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
@@ -66,7 +69,8 @@ def _add_model_options(t: argparse.ArgumentParser, model_cfg: GPTConfig) -> None
 
 # %% ../nbs/08a_cli.ipynb #de3b958c
 def _add_optimisation_options(t: argparse.ArgumentParser, train_cfg: TrainConfig) -> None:
-    "Add `train`'s optimisation options to `t`; the help says the default and whether `--resume` may change it."
+    """Add `train`'s optimisation options to `t`; the help says the default and whether `--resume` may change it.
+    `--lr` is another spelling of `--learning-rate` (the name `finetune` uses)."""
     g = t.add_argument_group("optimisation")
     for name, typ in _TRAIN_OPTIONS.items():
         note = "; may change when resuming" if name in RESUMABLE else ""
@@ -75,7 +79,8 @@ def _add_optimisation_options(t: argparse.ArgumentParser, train_cfg: TrainConfig
         extra = {"grad_accum_steps": "; the batch of one step is computed in N slices, same gradient",
                  "log_interval": "; the step losses reach the host, and the progress bar, every N steps",
                  "patience": "; stop after N evaluations without a lower validation loss"}.get(name, "")
-        g.add_argument(f"--{name.replace('_', '-')}", type=typ, default=None,
+        also = ["--lr"] if name == "learning_rate" else []
+        g.add_argument(f"--{name.replace('_', '-')}", *also, type=typ, default=None,
                        help=f"{name} (default {default}{extra}{note})")
 
 # %% ../nbs/08a_cli.ipynb #286fefe8
@@ -134,8 +139,8 @@ def _add_sample_command(sub) -> None:
 def _add_prepare_command(sub) -> None:
     "Add the `prepare` command to the sub-parsers `sub`."
     p = sub.add_parser("prepare", help="tokenize a corpus once into token files for `train --data DIR`",
-                       description="Tokenize a UTF-8 text file, or a folder of .txt files, 1 MB at a time into "
-                                   "DIR/train.bin and DIR/val.bin (first 90% of the bytes / last 10%) and "
+                       description="Tokenize a UTF-8 text file, or a folder of .txt files, a million characters at "
+                                   "a time, into DIR/train.bin and DIR/val.bin (first 90% of the bytes / last 10%) and "
                                    f"DIR/{PREPARED_META} (tokenizer, counts, dtype).")
     p.add_argument("--data", required=True, metavar="PATH", help="a text file or a folder of .txt files")
     p.add_argument("--tokenizer", choices=["char", "gpt2"], default="char",
@@ -452,6 +457,10 @@ def _sample(args) -> int:
     best = " (the lowest validation loss; --latest for the latest state)" if path.name == BEST_CHECKPOINT_NAME else ""
     print(f"sampling from {path}, step {load_checkpoint(path)['step']:,}{best}", file=sys.stderr)
     if tok is None: raise CheckpointError(f"{checkpoint_file(args.checkpoint)} holds no tokenizer; cannot decode")
+    if model.config.vocab_size != tok.vocab_size:  # e.g. chapter 13's chat ids, which its tokenizer cannot write
+        raise CheckpointError(f"{path}: the model has {model.config.vocab_size} ids, its tokenizer {tok.vocab_size}, "
+                              "so not every id has a text (a chat model from `transformerbook finetune`: ask it with "
+                              "`transformerbook chat`)")
     if not args.prompt: raise ValueError("--prompt must not be empty")
     if args.max_new_tokens < 0: raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 0")
     prompt_ids = tok.encode(args.prompt)
