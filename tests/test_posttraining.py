@@ -320,6 +320,76 @@ def test_cli_finetune_names_the_line_and_field_of_a_bad_pair(tmp_path, tiny_chec
     assert not (tmp_path/"out"/"ckpt.pt").exists()
 
 
+CHAT = {"messages": [*PAIR["prompt"], {"role": "assistant", "content": PAIR["chosen"]}]}
+
+
+@pytest.mark.parametrize("method,extra,message", [
+    ("sft", ["--lr", "0"], "lr=0.0 must be a positive finite number"),  # was taken for "no --lr": the default
+    ("sft", ["--learning-rate", "-1"], "lr=-1.0 must be a positive finite number"),  # train's spelling
+    ("dpo", ["--lr", "nan"], "lr=nan must be a positive finite number"),
+    ("dpo", ["--steps", "0"], "steps=0 must be a positive int"),
+    ("sft", ["--data", "tinyshakspeare"], "--data 'tinyshakspeare' is neither 'tinyshakespeare' nor a JSONL file"),
+])
+def test_cli_finetune_refuses_bad_settings(tmp_path, tiny_checkpoint, method, extra, message, capsys):
+    "Each setting is refused by name with its value, and nothing is written."
+    from transformerbook.cli import main
+    data = _jsonl(tmp_path/"d.jsonl", [PAIR] if method == "dpo" else [CHAT])
+    args = ["finetune", "--method", method, "--data", data, "--checkpoint", str(tiny_checkpoint), "--steps", "1",
+            "--out", str(tmp_path/"out"), *extra]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path/"out"/"ckpt.pt").exists()
+
+
+def test_cli_finetune_replaces_a_run_only_with_force(tmp_path, tiny_checkpoint, capsys):
+    "An --out that holds a run is refused; --force replaces it and removes its best.pt, so `load_model` reads the new."
+    import shutil
+    from transformerbook.cli import main
+    from transformerbook.training import load_model
+    out = tmp_path/"run"
+    out.mkdir()
+    shutil.copy(tiny_checkpoint, out/"best.pt")  # a trained run's best weights (vocabulary 65, no chat ids)
+    data = _jsonl(tmp_path/"c.jsonl", [CHAT])
+    args = ["finetune", "--method", "sft", "--data", data, "--checkpoint", str(tiny_checkpoint), "--steps", "1",
+            "--batch-size", "1", "--out", str(out)]
+    assert main(args) == 2
+    assert "best.pt already exists" in capsys.readouterr().err and not (out/"ckpt.pt").exists()
+    assert main([*args, "--force"]) == 0, capsys.readouterr().err
+    assert not (out/"best.pt").exists()
+    assert load_model(out)[0].config.vocab_size == 68  # the fine-tuned model, with the chat ids
+    before = (out/"ckpt.pt").read_bytes()
+    assert main(args) == 2 and (out/"ckpt.pt").read_bytes() == before  # its own ckpt.pt is protected too
+
+
+
+def test_cli_chat_answers_a_finetuned_model_and_sample_refuses_it(tmp_path, tiny_checkpoint, capsys):
+    """A fine-tuned checkpoint has 3 ids its tokenizer cannot write: `sample` says so before generating and names
+    `chat`, which prints what `generate_reply` samples for the same seed; a model without the chat ids is refused."""
+    from transformerbook.cli import main
+    from transformerbook.posttraining import generate_reply
+    from transformerbook.training import load_model
+    out = tmp_path/"sft"
+    assert main(["finetune", "--method", "sft", "--data", _jsonl(tmp_path/"c.jsonl", [CHAT]), "--checkpoint",
+                 str(tiny_checkpoint), "--steps", "1", "--batch-size", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(out)]) == 2
+    assert "the model has 68 ids, its tokenizer 65" in capsys.readouterr().err
+    question = [{"role": "user", "content": "as TRANIO: Sir"}]
+    for n in (1, 12):
+        assert main(["chat", "--checkpoint", str(out), "--prompt", question[0]["content"], "--max-new-tokens", str(n),
+                     "--seed", "3"]) == 0
+        model, tok = load_model(out)
+        chat_tok = ChatTokenizer(tok)
+        reply = generate_reply(model, chat_tok, [question], n, generator=torch.Generator().manual_seed(3))[0]
+        ended = reply[-1] == chat_tok.end_id
+        assert capsys.readouterr().out == chat_tok.decode(reply[:-1] if ended else reply) + (
+            "\n" if ended else " [cut at --max-new-tokens]\n")
+    assert main(["chat", "--checkpoint", str(tiny_checkpoint), "--prompt", "x"]) == 2
+    assert "is not a chat model: its 65 ids" in capsys.readouterr().err
+    assert main(["chat", "--checkpoint", str(out), "--prompt", "x", "--max-new-tokens", "0"]) == 2
+    assert "max_new_tokens=0" in capsys.readouterr().err
+
+
 # ---- the experiments ----
 
 def _load_experiment(name: str):

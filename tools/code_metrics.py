@@ -37,7 +37,8 @@ from pathlib import Path
 # Chapter 8's companion pages come before its own module, in the order they import each other.
 CHAPTER_ORDER = {"pretrained": "06_lm_head~", "corpus": "08_1corpus", "recipes": "08_2recipes",
                  "checkpoints": "08_3checkpoints", "model_cache": "08_model_cache", "kv_cache": "07_0kv_cache",
-                 "live": "11c_live", "chat": "13_0chat"}
+                 "live": "11c_live", "chat": "13_0chat",
+                 "posttraining_cli": "13_posttraining~"}
 CHECK_CALL = re.compile(r"^(_?check|validate)")
 
 

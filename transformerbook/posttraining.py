@@ -13,8 +13,8 @@ first task and `difference_interval` compares two accuracies. `LoRALinear`, `app
 and `unwrap_lora` are Hu et al.'s low-rank adapters; `optimizer_state_bytes` measures AdamW's memory.
 `response_logprobs`, `dpo_loss`, `preference_pairs` and `dpo` are Rafailov et al.'s direct preference optimisation;
 `syllables` and `metre_reward` make the programmatic reward, `reward_and_kl` measures a policy and `best_of_n_kl`
-bounds best-of-n's KL. `read_jsonl` reads a reader's data and `add_finetune_command` adds `transformerbook finetune`
-to the command line.
+bounds best-of-n's KL. The commands `transformerbook finetune` and `transformerbook chat` are in
+`transformerbook.posttraining_cli` (the companion page "Post-training from the command line").
 
 Docs: https://transformerbook.github.io/transformerbook/posttraining.html.md"""
 
@@ -23,8 +23,6 @@ Docs: https://transformerbook.github.io/transformerbook/posttraining.html.md"""
 # %% ../nbs/13_posttraining.ipynb #78353e9b
 from __future__ import annotations
 
-import copy
-import json
 import math
 import random
 import re
@@ -34,26 +32,27 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .data import load_tinyshakespeare, train_val_split, write_text_atomically
+from .data import load_tinyshakespeare, train_val_split
 from .evaluation import sequence_log_likelihood, speeches, wilson_interval
 from .finetune import IGNORE_INDEX
 from .lm_head import GPT, GPTConfig
 from .model_cache import run_dir, run_lock
 from .sampling import generate
-from .chat import SPECIAL_TOKENS, ChatTokenizer, check_messages, render_chat
+from .chat import ChatTokenizer, render_chat
 from .checkpoints import load_model, save_checkpoint
 from .training import cross_entropy_loss, model_key, shakespeare_model
-from .validation import check_choice, check_instance, check_positive_int, check_positive_number
+from .validation import check_choice, check_instance, check_positive_int, check_positive_ints
+from .validation import check_positive_number
 
 # Re-exported: the chat format lives on its own page; readers import it from here too.
-from .chat import ROLES, parse_chat  # noqa: F401
+from .chat import ROLES, SPECIAL_TOKENS, check_messages, parse_chat  # noqa: F401
 
 # %% auto #0
 __all__ = ['LORA_TARGETS', 'REPLY_TOKENS', 'sft_targets', 'chat_batch', 'sft_loss', 'check_loss_mask', 'with_chat_vocab', 'sft',
            'generate_reply', 'speaker_conversations', 'line_conversations', 'classify_speaker', 'sft_examples',
            'chat_sft_model', 'difference_interval', 'LoRALinear', 'apply_lora', 'merge_lora', 'unmerge_lora',
            'optimizer_state_bytes', 'response_logprobs', 'dpo_loss', 'syllables', 'metre_reward', 'preference_pairs',
-           'dpo', 'best_of_n_kl', 'reward_and_kl', 'read_jsonl', 'unwrap_lora', 'add_finetune_command']
+           'dpo', 'best_of_n_kl', 'reward_and_kl', 'unwrap_lora']
 
 # %% ../nbs/13_posttraining.ipynb #f846b72e
 def sft_targets(token_ids: Tensor, # (B, T+1) int64 rendered conversations, right-padded
@@ -130,9 +129,9 @@ def sft(model: nn.Module, # trained in place; every parameter that requires grad
         generator: torch.Generator | None = None, # draws the batches
        ) -> list[float]: # the training loss of every step, nats per supervised token
     """Supervised fine-tuning on rendered conversations. Leaves the model in eval mode. Raises `ValueError` for a
-    non-positive steps or batch_size, and what `chat_batch` and `sft_loss` raise."""
-    check_positive_int("steps", steps)
-    check_positive_int("batch_size", batch_size)
+    non-positive steps, batch_size or lr, and what `chat_batch` and `sft_loss` raise."""
+    check_positive_ints(steps=steps, batch_size=batch_size)
+    check_positive_number("lr", lr)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     model.train()
     losses = []
@@ -424,8 +423,10 @@ def dpo(policy: nn.Module, # trained in place (all parameters that require grad)
         on_step=None, # called as on_step(step, policy) before each step and after the last (e.g. to measure)
        ) -> list[dict]: # per step: loss and `dpo_loss`'s metrics
     """Direct preference optimisation (Rafailov et al. 2023, eq. 7) on `pairs`. Leaves the policy in eval mode.
-    Raises `ValueError` for a non-positive batch_size, and what `response_logprobs` and `dpo_loss` raise."""
-    check_positive_int("batch_size", batch_size)
+    Raises `ValueError` for a non-positive steps, batch_size or lr, and what `response_logprobs` and `dpo_loss`
+    raise."""
+    check_positive_ints(steps=steps, batch_size=batch_size)
+    check_positive_number("lr", lr)
     token_ids, loss_mask = _pair_rows(pairs, tokenizer)
     N = len(pairs)
     with torch.no_grad(): ref = response_logprobs(reference.eval(), token_ids, loss_mask, reduction)  # (2N,) once
@@ -473,32 +474,6 @@ def reward_and_kl(policy: nn.Module, reference: nn.Module, tokenizer: ChatTokeni
     return {"reward": sum(rewards) / len(rewards), "kl": kl.mean().item(),
             "length": sum(map(len, texts)) / len(texts)}
 
-# %% ../nbs/13_posttraining.ipynb #9b0876c2
-_JSONL_FIELDS = {"sft": ("messages",), "dpo": ("prompt", "chosen", "rejected")}
-
-def read_jsonl(path, # a JSONL file
-               method: str, # "sft" (conversations) or "dpo" (preference pairs)
-               numbered: bool = False, # pair each record with its line in the file (blank lines are skipped)
-              ) -> list: # [messages] for sft, [{"prompt", "chosen", "rejected"}] for dpo; [(line, record)] if numbered
-    "Read a reader's data file. `ValueError` naming the line number and the field of the first bad record."
-    check_choice("method", method, tuple(_JSONL_FIELDS))
-    records = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip(): continue
-            try: rec = json.loads(line)
-            except json.JSONDecodeError as e: raise ValueError(f"{path}, line {n}: not JSON ({e.msg})") from None
-            missing = [f for f in _JSONL_FIELDS[method] if not isinstance(rec, dict) or f not in rec]
-            if missing: raise ValueError(f"{path}, line {n}: missing field {missing[0]!r}")
-            try: check_messages(rec[_JSONL_FIELDS[method][0]])  # the conversation, or the pair's prompt
-            except (ValueError, TypeError) as e:
-                raise ValueError(f"{path}, line {n}, field {_JSONL_FIELDS[method][0]}: {e}") from None
-            bad = [f for f in _JSONL_FIELDS[method][1:] if not isinstance(rec[f], str)]  # a pair's two answers
-            if bad: raise ValueError(f"{path}, line {n}, field {bad[0]}: must be a str, got {rec[bad[0]]!r:.40}")
-            records.append((n, rec["messages"] if method == "sft" else rec))
-    if not records: raise ValueError(f"{path} holds no records")
-    return records if numbered else [r for _, r in records]
-
 # %% ../nbs/13_posttraining.ipynb #134c0d9d
 def unwrap_lora(model: nn.Module) -> nn.Module:
     "Merge every `LoRALinear` and put its `nn.Linear` back: a plain model (saved and loaded like any other)."
@@ -509,92 +484,3 @@ def unwrap_lora(model: nn.Module) -> nn.Module:
             setattr(model.get_submodule(parent), child, m.base)
     for p in model.parameters(): p.requires_grad_(True)
     return model
-
-# %% ../nbs/13_posttraining.ipynb #367f2972
-def _start_model(args) -> tuple:
-    "(model with the chat ids, ChatTokenizer): --checkpoint, or the book's default start for the method."
-    if args.checkpoint is None:
-        if args.method == "dpo": return chat_sft_model(0)
-        model, tok = shakespeare_model("char", progress=False)
-    else:
-        model, tok = load_model(args.checkpoint)
-        if tok is None: raise ValueError(f"checkpoint {args.checkpoint} holds no tokenizer")
-    chat_tok = ChatTokenizer(tok)
-    if model.config.vocab_size == tok.vocab_size: model = with_chat_vocab(model, chat_tok.vocab_size)
-    if model.config.vocab_size != chat_tok.vocab_size:
-        raise ValueError(f"checkpoint vocab_size={model.config.vocab_size} is neither the tokenizer's "
-                         f"{tok.vocab_size} nor {chat_tok.vocab_size} with the chat tokens")
-    return model, chat_tok
-
-def _fits(rows: list, context_length: int, where) -> list:
-    "Refuse a rendered conversation longer than the context (+1: the last token is only a target); `where(n)` names it."
-    for n, (ids, _) in enumerate(rows, 1):
-        if len(ids) > context_length + 1:
-            raise ValueError(f"{where(n)}: {len(ids)} tokens do not fit context_length={context_length}")
-    return rows
-
-# %% ../nbs/13_posttraining.ipynb #f4bb27e3
-def _finetune_data(args, model, chat_tok) -> list:
-    """Rendered SFT examples, or DPO pairs, from the book's tasks or the JSONL file; a bad record is refused with its
-    line in the file and its field (a DPO prompt alone first, then the prompt with each answer)."""
-    text, C = train_val_split(load_tinyshakespeare())[1], model.config.context_length
-    if args.data == "tinyshakespeare":
-        if args.method == "sft": return _fits(sft_examples(text, chat_tok), C, lambda n: f"{args.data}, record {n}")
-        return preference_pairs(model, chat_tok, line_conversations(text)["train"],
-                                generator=torch.Generator().manual_seed(args.seed))
-    records, rows = read_jsonl(args.data, args.method, numbered=True), []
-    for n, r in records:  # n: the record's line in the file
-        parts = {"messages": r} if args.method == "sft" else {"prompt": r["prompt"], **{
-            k: r["prompt"] + [{"role": "assistant", "content": r[k]}] for k in ("chosen", "rejected")}}
-        for field, messages in parts.items():
-            where = f"{args.data}, line {n}, field {field}"
-            try: ids, mask = render_chat(messages, chat_tok)
-            except ValueError as e: raise ValueError(f"{where}: {e}") from None
-            _fits([(ids, mask)], C, lambda _: where)  # noqa: B023 (called at once)
-            if field != "prompt": rows.append((ids, mask))
-    return rows if args.method == "sft" else [r for _, r in records]
-
-# %% ../nbs/13_posttraining.ipynb #03e0eebb
-def _finetune(args) -> int:
-    "`transformerbook finetune`: start model, data, SFT or DPO (optionally through LoRA), checkpoint and model card."
-    from transformerbook.cli import write_model_card
-    torch.manual_seed(args.seed)
-    model, chat_tok = _start_model(args)
-    data = _finetune_data(args, model, chat_tok)
-    reference = copy.deepcopy(model).eval()  # DPO's π_ref: the start model, frozen
-    if args.lora_rank: apply_lora(model, rank=args.lora_rank, alpha=2.0 * args.lora_rank)
-    lr = args.lr or (1e-3 if args.lora_rank else 3e-4 if args.method == "sft" else 1e-4)
-    kw = dict(steps=args.steps, batch_size=args.batch_size, lr=lr, generator=torch.Generator().manual_seed(args.seed))
-    log = sft(model, data, **kw) if args.method == "sft" else \
-        [r["loss"] for r in dpo(model, reference, chat_tok, data, beta=args.beta, **kw)]
-    path = save_checkpoint(args.out, unwrap_lora(model), None, args.steps, tokenizer=chat_tok.base)
-    card = write_model_card(path, data=args.data)
-    extra = (f"\n## Fine-tuning (chapter 13)\n\n- `transformerbook finetune --method {args.method}` on "
-             f"{args.data}: {args.steps} steps of {args.batch_size}, lr {lr}"
-             f"{f', beta {args.beta}' if args.method == 'dpo' else ''}"
-             f"{f', LoRA rank {args.lora_rank} (merged)' if args.lora_rank else ', every weight'}; "
-             f"final training loss {log[-1]:.4f}.\n- Chat format: ids {chat_tok.vocab_size - 3} to "
-             f"{chat_tok.vocab_size - 1} are {', '.join(SPECIAL_TOKENS)}.\n")
-    write_text_atomically(card, card.read_text(encoding="utf-8") + extra)  # a crash leaves the old card whole
-    print(f"step {args.steps}: training loss {log[-1]:.4f}; checkpoint {path}; model card {card}")
-    return 0
-
-
-# %% ../nbs/13_posttraining.ipynb #5be437d0
-def add_finetune_command(sub) -> None:
-    "Add `transformerbook finetune` to the CLI's subparsers (found through the `transformerbook.commands` entry point)."
-    p = sub.add_parser("finetune", help="supervised fine-tuning or DPO of a chat model (chapter 13)",
-                       description="SFT or DPO on the book's Shakespeare tasks or a JSONL file; writes a checkpoint "
-                                   "and MODEL_CARD.md into --out.")
-    p.add_argument("--method", choices=("sft", "dpo"), required=True)
-    p.add_argument("--data", default="tinyshakespeare", help="'tinyshakespeare' (the book's tasks) or a JSONL file")
-    p.add_argument("--checkpoint", default=None, help="start here (default: chapter 8's character model for sft, "
-                                                      "the book's SFT model for dpo)")
-    p.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank (0: every weight)")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=None, help="default 3e-4 (sft), 1e-4 (dpo), 1e-3 with LoRA")
-    p.add_argument("--beta", type=float, default=0.1, help="DPO's beta")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="run folder for ckpt.pt and MODEL_CARD.md")
-    p.set_defaults(run=_finetune)
