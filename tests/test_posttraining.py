@@ -388,6 +388,9 @@ def test_cli_chat_answers_a_finetuned_model_and_sample_refuses_it(tmp_path, tiny
     assert "is not a chat model: its 65 ids" in capsys.readouterr().err
     assert main(["chat", "--checkpoint", str(out), "--prompt", "x", "--max-new-tokens", "0"]) == 2
     assert "max_new_tokens=0" in capsys.readouterr().err
+    assert main(["chat", "--checkpoint", str(out), "--prompt", "a" * 61]) == 2  # 61 + 3 chat tokens = context 64
+    assert "--prompt is 64 tokens with the chat tokens; the model reads 64" in capsys.readouterr().err
+    assert main(["chat", "--checkpoint", str(out), "--prompt", "a" * 60, "--max-new-tokens", "1"]) == 0
 
 
 # ---- the experiments ----

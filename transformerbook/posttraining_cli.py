@@ -140,7 +140,8 @@ def _finetune(args) -> int:
 # %% ../nbs/posttraining_cli.ipynb #c4a7e2d1
 def _chat(args) -> int:
     """`transformerbook chat`: one user turn to a chat checkpoint (from `finetune`), and the reply it samples, up to its
-    `<|end|>` (not printed). `ValueError` for a checkpoint whose ids are not its tokenizer's plus the chat tokens."""
+    `<|end|>` (not printed). `ValueError` for a checkpoint whose ids are not its tokenizer's plus the chat tokens, and
+    for a question that leaves the model's context no room for a reply."""
     model, tok = load_model(args.checkpoint)
     if tok is None: raise ValueError(f"checkpoint {args.checkpoint} holds no tokenizer")
     chat_tok = ChatTokenizer(tok)
@@ -149,7 +150,10 @@ def _chat(args) -> int:
                          f"tokenizer's {tok.vocab_size} plus the {len(SPECIAL_TOKENS)} chat tokens (make one with "
                          "`transformerbook finetune`; `transformerbook sample` continues text)")
     check_positive_int("max_new_tokens", args.max_new_tokens)
-    reply = generate_reply(model, chat_tok, [[{"role": "user", "content": args.prompt}]], args.max_new_tokens,
+    question = [{"role": "user", "content": args.prompt}]
+    n, C = len(render_chat(question, chat_tok, add_generation_prompt=True)[0]), model.config.context_length
+    if n >= C: raise ValueError(f"--prompt is {n} tokens with the chat tokens; the model reads {C}, so no reply fits")
+    reply = generate_reply(model, chat_tok, [question], args.max_new_tokens,
                            temperature=args.temperature, generator=torch.Generator().manual_seed(args.seed))[0]
     ended = reply[-1:] == [chat_tok.end_id]
     print(chat_tok.decode(reply[:-1] if ended else reply) + ("" if ended else " [cut at --max-new-tokens]"))

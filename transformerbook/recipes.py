@@ -122,7 +122,7 @@ def fit_warmup(settings: dict, # `TrainConfig` fields (all, or the ones a comman
     preset with 100 warm-up steps); a note says so."""
     given = settings.get("lr_decay_iters")
     decay = settings["max_iters"] if given is None else given
-    if not isinstance(decay, int) or decay < 1 or settings["warmup_iters"] <= decay:
+    if not is_int(decay) or decay < 1 or settings["warmup_iters"] <= decay:
         return settings, []  # nothing to fit, or a decay length `TrainConfig` refuses with its own message
     what = f"max_iters={decay}): the run is shorter than its warm-up" if given is None else \
         f"the decay length {decay}): the learning rate would finish decaying before the warm-up ended"
