@@ -274,7 +274,11 @@ def test_cli_finetune_sft_then_dpo_on_jsonl(tmp_path, tiny_checkpoint, lora, cap
     assert main(args) == 0, capsys.readouterr().err
     model, tok = load_model(sft_out)
     assert model.config.vocab_size == 68 and tok.vocab_size == 65  # the chat ids follow the base tokenizer
-    assert "Fine-tuning (chapter 13)" in (sft_out/"MODEL_CARD.md").read_text()
+    card = (sft_out/"MODEL_CARD.md").read_text()
+    assert "Fine-tuning (chapter 13)" in card and f"--checkpoint {sft_out} --prompt" in card  # how to ask it
+    assert f"- Fine-tuned for 2 steps from `{tiny_checkpoint}` with" in card  # not "trained for 2 steps"
+    assert "c.jsonl` (every record; no held-out part)." in card and "90% train" not in card
+    assert "- Not stored in this checkpoint" in card and "| setting | value |" not in card  # no empty table
     pairs = [{"prompt": [{"role": "user", "content": "as TRANIO: Sir"}], "chosen": " give me leave",
               "rejected": " x"}] * 3
     args = ["finetune", "--method", "dpo", "--data", _jsonl(tmp_path/"p.jsonl", pairs), "--checkpoint",

@@ -328,8 +328,9 @@ def _eval_logger(log, preset: str, same: bool, bytes_per_token: tuple,
     return on_eval
 
 # %% ../nbs/08a_cli.ipynb #e53c001d
-def _card_model(ckpt: dict, path: str | Path) -> list[str]:
-    "The title and the Model section of a card (Markdown lines) for the checkpoint `ckpt` loaded from `path`."
+def _card_model(ckpt: dict, path: str | Path, start: str | None = None) -> list[str]:
+    """The title and the Model section of a card (Markdown lines) for the checkpoint `ckpt` loaded from `path`; `start`
+    names the model a fine-tuning run began from (its steps are then fine-tuning steps)."""
     m = ckpt["model_config"]
     n_params = GPT(GPTConfig.from_dict(m)).n_params()  # counts tied weights once (chapter 6)
     tok = (ckpt["tokenizer"] or {}).get("kind", "none stored")
@@ -338,7 +339,8 @@ def _card_model(ckpt: dict, path: str | Path) -> list[str]:
             f"- A decoder-only transformer language model (transformerbook `lm_head.GPT`): n_layers {m['n_layers']}, "
             f"n_heads {m['n_heads']}, d_model {m['d_model']}, context_length {m['context_length']} tokens, "
             f"vocab_size {m['vocab_size']} ({tok} tokenizer), {n_params:,} parameters.",
-            f"- Trained for {_steps_run(ckpt, path):,} steps with transformerbook {ckpt.get('code_version', '?')}." +
+            f"- {'Trained' if start is None else 'Fine-tuned'} for {_steps_run(ckpt, path):,} steps"
+            f"{'' if start is None else f' from {start}'} with transformerbook {ckpt.get('code_version', '?')}." +
             (f" These are the weights of step {ckpt['step']:,}, the lowest validation loss of the run's evaluations "
              f"(`{BEST_CHECKPOINT_NAME}`); the latest state, to resume from, is `{CHECKPOINT_NAME}`."
              if Path(path).name == BEST_CHECKPOINT_NAME else ""), ""]
@@ -350,8 +352,10 @@ def _steps_run(ckpt: dict, path: str | Path) -> int:
         else ckpt["step"]
 
 # %% ../nbs/08a_cli.ipynb #7a5e05b6
-def _card_data(data: str) -> list[str]:
-    "The Training data section of a card: `data` is a data set name, a file, or a folder `prepare` wrote (its split)."
+def _card_data(data: str, note: str | None = None) -> list[str]:
+    """The Training data section of a card: `data` is a data set name, a file, or a folder `prepare` wrote (its split);
+    `note`, when given, is the section's text instead."""
+    if note is not None: return ["## Training data", "", f"- {note}", ""]
     meta, split = Path(data)/PREPARED_META, "first 90% train, last 10% validation"
     if data != "tinyshakespeare" and meta.is_file():  # `prepare --val-fraction` may have chosen another split
         sizes = json.loads(meta.read_text())
@@ -363,7 +367,8 @@ def _card_data(data: str) -> list[str]:
     return ["## Training data", "", f"- {corpus}.", ""]
 
 def _card_config(train_cfg: dict) -> list[str]:
-    "The Training configuration section of a card: a table of the checkpoint's `train_config` dict."
+    "The Training configuration section of a card: a table of the checkpoint's `train_config` dict, if it has one."
+    if not train_cfg: return ["## Training configuration", "", "- Not stored in this checkpoint (its weights only)."]
     return ["## Training configuration", "", "| setting | value |", "|---|---|",
             *[f"| {k} | {v} |" for k, v in train_cfg.items()]]
 
@@ -394,13 +399,16 @@ _CARD_USE = ["## Intended use", "",
 def model_card(path: str | Path, # a checkpoint file, or a run folder (its best weights, as `load_model`)
                data: str = "tinyshakespeare", # what it was trained on (a dataset name or a file)
                latest: bool = False, # a run folder's latest state instead of its best weights
+               start: str | None = None, # the model a fine-tuning run began from (Markdown), e.g. chapter 13's
+               data_note: str | None = None, # the Training data section's text instead of `data`'s (e.g. chat tasks)
               ) -> str: # Markdown
     """A model card (Mitchell et al. 2019) for a checkpoint, `training.model_file(path, latest)`: model (and which
     step's weights), training data and configuration, metrics (training and validation loss, perplexity), intended
     use and limitations. `CheckpointError` for a bad file."""
     path = model_file(path, latest)
     ckpt = load_checkpoint(path)
-    lines = [*_card_model(ckpt, path), *_card_data(data), *_card_config(ckpt["train_config"] or {}), "",
+    lines = [*_card_model(ckpt, path, start), *_card_data(data, data_note),
+             *_card_config(ckpt["train_config"] or {}), "",
              *_card_metrics(ckpt["history"] or {}, data), "", *_CARD_USE]
     return "\n".join(lines)
 
@@ -408,10 +416,12 @@ def model_card(path: str | Path, # a checkpoint file, or a run folder (its best 
 MODEL_CARD_NAME = "MODEL_CARD.md"
 
 def write_model_card(path: str | Path, # a checkpoint file or a run folder
-                     data: str = "tinyshakespeare", # passed to `model_card`
+                     data: str = "tinyshakespeare", # passed to `model_card`, with the options below
+                     start: str | None = None, data_note: str | None = None,
                     ) -> Path: # the written MODEL_CARD.md, next to the checkpoint
-    "Write `model_card(path, data)` as MODEL_CARD.md beside the checkpoint, atomically (a crash leaves no half file)."
-    return write_text_atomically(checkpoint_file(path).parent/MODEL_CARD_NAME, model_card(path, data))
+    "Write `model_card(path, data, ...)` as MODEL_CARD.md beside the checkpoint, atomically (never half a file)."
+    card = model_card(path, data, start=start, data_note=data_note)
+    return write_text_atomically(checkpoint_file(path).parent/MODEL_CARD_NAME, card)
 
 # %% ../nbs/08a_cli.ipynb #085e9d21
 def _compiled(train_cfg: TrainConfig) -> str:

@@ -110,9 +110,16 @@ def _check_finetune_out(args) -> None:
     if held and not args.force:
         raise ValueError(f"{held[0]} already exists: choose another --out, or replace that run with --force")
 
+_BOOK_START = {"sft": "chapter 8's character model", "dpo": "the book's SFT model (chapter 13)"}
+_BOOK_DATA = {"sft": "Chapter 13's two instruction tasks (who speaks a line; continue a line as a character), built "
+                     "from TinyShakespeare's validation split.",
+              "dpo": "Chapter 13's preference pairs: for each prompt of the line task (TinyShakespeare's validation "
+                     "split), the best and the worst by the metre reward of four replies the start model sampled."}
+
+# %% ../nbs/posttraining_cli.ipynb #5a1c000b
 def _finetune(args) -> int:
     "`transformerbook finetune`: start model, data, SFT or DPO (optionally through LoRA), checkpoint and model card."
-    from transformerbook.cli import write_model_card
+    from transformerbook.cli import MODEL_CARD_NAME, model_card
     _check_finetune_out(args)
     torch.manual_seed(args.seed)
     model, chat_tok = _start_model(args)
@@ -124,18 +131,19 @@ def _finetune(args) -> int:
     log = sft(model, data, **kw) if args.method == "sft" else \
         [r["loss"] for r in dpo(model, reference, chat_tok, data, beta=args.beta, **kw)]
     path = save_checkpoint(args.out, unwrap_lora(model), None, args.steps, tokenizer=chat_tok.base)
-    best_file(path).unlink(missing_ok=True)  # a replaced run's best weights: `sample` would read them before ckpt.pt
-    card = write_model_card(path, data=args.data)
-    extra = (f"\n## Fine-tuning (chapter 13)\n\n- `transformerbook finetune --method {args.method}` on "
-             f"{args.data}: {args.steps} steps of {args.batch_size}, lr {lr}"
-             f"{f', beta {args.beta}' if args.method == 'dpo' else ''}"
+    best_file(path).unlink(missing_ok=True)  # a replaced run's best weights: `load_model` would read them first
+    book = args.data == "tinyshakespeare"
+    card = model_card(path, args.data, start=f"`{args.checkpoint}`" if args.checkpoint else _BOOK_START[args.method],
+                      data_note=_BOOK_DATA[args.method] if book else f"`{args.data}` (every record; no held-out part).")
+    card += (f"\n## Fine-tuning (chapter 13)\n\n- `transformerbook finetune --method {args.method}`: "
+             f"{args.steps} steps of {args.batch_size}, lr {lr}{f', beta {args.beta}' if args.method == 'dpo' else ''}"
              f"{f', LoRA rank {args.lora_rank} (merged)' if args.lora_rank else ', every weight'}; "
              f"final training loss {log[-1]:.4f}.\n- Chat format: ids {chat_tok.vocab_size - 3} to "
-             f"{chat_tok.vocab_size - 1} are {', '.join(SPECIAL_TOKENS)}.\n")
-    write_text_atomically(card, card.read_text(encoding="utf-8") + extra)  # a crash leaves the old card whole
-    print(f"step {args.steps}: training loss {log[-1]:.4f}; checkpoint {path}; model card {card}")
+             f"{chat_tok.vocab_size - 1} are {', '.join(SPECIAL_TOKENS)}. Ask it a question with `transformerbook chat "
+             f"--checkpoint {path.parent} --prompt ...`.\n")
+    card_path = write_text_atomically(path.parent/MODEL_CARD_NAME, card)  # one write: never a card without this part
+    print(f"step {args.steps}: training loss {log[-1]:.4f}; checkpoint {path}; model card {card_path}")
     return 0
-
 
 # %% ../nbs/posttraining_cli.ipynb #c4a7e2d1
 def _chat(args) -> int:
