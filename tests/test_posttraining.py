@@ -88,6 +88,24 @@ def test_sft_refuses_all_zero_and_all_one_masks():
         sft_loss(model, token_ids, padding_mask, padding_mask, supervise="answers")
 
 
+
+def test_sft_calls_on_step_as_dpo_does_and_is_unchanged_by_it():
+    """`on_step(step, model)` before each step and after the last, as `dpo`'s; a callback that puts the model in eval
+    mode (a measurement) does not change the training, which runs in train mode at every step."""
+    from transformerbook.posttraining import sft
+    examples = [render_chat([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ho"}], CHAR)]
+    def run(on_step):
+        torch.manual_seed(0)
+        model = with_chat_vocab(GPT(GPTConfig(vocab_size=65, context_length=32, d_model=16, n_heads=2, n_layers=1,
+                                              dropout=0.5)), 68)
+        return sft(model, examples, steps=3, batch_size=2, generator=torch.Generator().manual_seed(0),
+                   on_step=on_step)
+    seen = []
+    losses = run(lambda step, model: (seen.append((step, model.training)), model.eval()))
+    assert [s for s, _ in seen] == [0, 1, 2, 3]
+    assert losses == run(None)  # dropout 0.5 would differ if a step ran in eval mode
+
+
 # ---- LoRA against PEFT ----
 
 def _gqa_model() -> GPT:
@@ -272,6 +290,7 @@ def test_cli_finetune_sft_then_dpo_on_jsonl(tmp_path, tiny_checkpoint, lora, cap
     args = ["finetune", "--method", "sft", "--data", _jsonl(tmp_path/"c.jsonl", chats), "--checkpoint",
             str(tiny_checkpoint), "--steps", "2", "--batch-size", "2", "--out", str(sft_out), *lora]
     assert main(args) == 0, capsys.readouterr().err
+    assert "SFT: 100%" in capsys.readouterr().err  # the progress bar reached the last step (2/2)
     model, tok = load_model(sft_out)
     assert model.config.vocab_size == 68 and tok.vocab_size == 65  # the chat ids follow the base tokenizer
     card = (sft_out/"MODEL_CARD.md").read_text()
@@ -282,8 +301,9 @@ def test_cli_finetune_sft_then_dpo_on_jsonl(tmp_path, tiny_checkpoint, lora, cap
     pairs = [{"prompt": [{"role": "user", "content": "as TRANIO: Sir"}], "chosen": " give me leave",
               "rejected": " x"}] * 3
     args = ["finetune", "--method", "dpo", "--data", _jsonl(tmp_path/"p.jsonl", pairs), "--checkpoint",
-            str(sft_out), "--steps", "2", "--batch-size", "2", "--out", str(tmp_path/"dpo"), *lora]
+            str(sft_out), "--steps", "2", "--batch-size", "2", "--out", str(tmp_path/"dpo"), "--no-progress", *lora]
     assert main(args) == 0, capsys.readouterr().err
+    assert "DPO" not in capsys.readouterr().err  # --no-progress
     assert (tmp_path/"dpo"/"ckpt.pt").is_file()
 
 

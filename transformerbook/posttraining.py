@@ -127,21 +127,24 @@ def sft(model: nn.Module, # trained in place; every parameter that requires grad
         lr: float = 3e-4, # AdamW learning rate, constant, no weight decay
         supervise: str = "assistant", # "assistant" (the loss mask) or "all" (unmasked ablation)
         generator: torch.Generator | None = None, # draws the batches
+        on_step=None, # called as on_step(step, model) before each step and after the last (e.g. a progress bar)
        ) -> list[float]: # the training loss of every step, nats per supervised token
     """Supervised fine-tuning on rendered conversations. Leaves the model in eval mode. Raises `ValueError` for a
     non-positive steps, batch_size or lr, and what `chat_batch` and `sft_loss` raise."""
     check_positive_ints(steps=steps, batch_size=batch_size)
     check_positive_number("lr", lr)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
-    model.train()
     losses = []
-    for _ in range(steps):
+    for step in range(steps):
+        if on_step: on_step(step, model)
+        model.train()
         ix = torch.randint(len(examples), (batch_size,), generator=generator).tolist()
         loss = sft_loss(model, *chat_batch([examples[i] for i in ix]), supervise=supervise)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+    if on_step: on_step(steps, model)
     model.eval()
     return losses
 

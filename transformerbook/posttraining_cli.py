@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from .chat import SPECIAL_TOKENS, ChatTokenizer, check_messages, render_chat
 from .checkpoints import best_file, checkpoint_file, load_model, save_checkpoint
@@ -127,9 +128,12 @@ def _finetune(args) -> int:
     reference = copy.deepcopy(model).eval()  # DPO's π_ref: the start model, frozen
     if args.lora_rank: apply_lora(model, rank=args.lora_rank, alpha=2.0 * args.lora_rank)
     lr = args.lr if args.lr is not None else 1e-3 if args.lora_rank else 3e-4 if args.method == "sft" else 1e-4
-    kw = dict(steps=args.steps, batch_size=args.batch_size, lr=lr, generator=torch.Generator().manual_seed(args.seed))
+    bar = tqdm(total=args.steps, desc=args.method.upper(), unit="step", disable=args.no_progress)
+    kw = dict(steps=args.steps, batch_size=args.batch_size, lr=lr, generator=torch.Generator().manual_seed(args.seed),
+              on_step=lambda step, _: bar.update(step - bar.n))  # the bar counts finished steps
     log = sft(model, data, **kw) if args.method == "sft" else \
         [r["loss"] for r in dpo(model, reference, chat_tok, data, beta=args.beta, **kw)]
+    bar.close()
     path = save_checkpoint(args.out, unwrap_lora(model), None, args.steps, tokenizer=chat_tok.base)
     best_file(path).unlink(missing_ok=True)  # a replaced run's best weights: `load_model` would read them first
     book = args.data == "tinyshakespeare"
@@ -188,6 +192,7 @@ def add_finetune_command(sub) -> None:
     p.add_argument("--beta", type=float, default=0.1, help="DPO's beta, the strength of the KL penalty (default 0.1)")
     p.add_argument("--seed", type=int, default=0, help="draws the batches, and the book's DPO pairs (default 0)")
     p.add_argument("--out", required=True, metavar="DIR", help="run folder for ckpt.pt and MODEL_CARD.md")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--force", action="store_true",
                    help="replace a run already in DIR (without it that is refused: no run is overwritten by accident)")
     p.set_defaults(run=_finetune)
