@@ -386,7 +386,8 @@ def test_cli_finetune_replaces_a_run_only_with_force(tmp_path, tiny_checkpoint, 
 
 
 
-def test_cli_chat_answers_a_finetuned_model_and_sample_refuses_it(tmp_path, tiny_checkpoint, capsys):
+def test_cli_chat_answers_a_finetuned_model_and_sample_refuses_it(tmp_path, tiny_checkpoint, capsys,
+                                                                 monkeypatch):
     """A fine-tuned checkpoint has 3 ids its tokenizer cannot write: `sample` says so before generating and names
     `chat`, which prints what `generate_reply` samples for the same seed; a model without the chat ids is refused."""
     from transformerbook.cli import main
@@ -408,6 +409,12 @@ def test_cli_chat_answers_a_finetuned_model_and_sample_refuses_it(tmp_path, tiny
         ended = reply[-1] == chat_tok.end_id
         assert capsys.readouterr().out == chat_tok.decode(reply[:-1] if ended else reply) + (
             "\n" if ended else " [cut at --max-new-tokens]\n")
+    # a reply that ends: printed without its <|end|> and without the cut mark (the toy model's replies above are cut)
+    import transformerbook.posttraining_cli as pcli
+    ended = lambda model, chat_tok, *a, **k: [chat_tok.encode(" give me leave") + [chat_tok.end_id]]  # noqa: E731
+    monkeypatch.setattr(pcli, "generate_reply", ended)
+    assert main(["chat", "--checkpoint", str(out), "--prompt", "as TRANIO: Sir"]) == 0
+    assert capsys.readouterr().out == " give me leave\n"
     assert main(["chat", "--checkpoint", str(tiny_checkpoint), "--prompt", "x"]) == 2
     assert "is not a chat model: its 65 ids" in capsys.readouterr().err
     assert main(["chat", "--checkpoint", str(out), "--prompt", "x", "--max-new-tokens", "0"]) == 2
