@@ -95,6 +95,12 @@ def test_changed_outcomes_compares_two_junit_reports(tmp_path):
     assert tv.worse(tv.changed_outcomes(run, baseline)) == tv.changed_outcomes(run, baseline)
     assert tv.worse(tv.changed_outcomes(run, None)) == [("tests.a::test_y", "passed", "failed")]
     assert tv.worse([("tests.a::test_v", "passed", "error")]) == [("tests.a::test_v", "passed", "error")]
+    # `make test`'s baseline (pytest-xdist, --dist loadgroup) names tests "test_x@group": the same tests
+    grouped = xml.replace('name="test_x"', 'name="test_x@test_a"')
+    grouped = grouped.replace('name="test_z"', 'name="test_z[a@b]@test_a"')
+    (tmp_path / "lock.xml").write_text(grouped)
+    assert set(tv.junit_outcomes(tmp_path / "lock.xml")) == {"tests.a::test_x", "tests.a::test_y",
+                                                           "tests.a::test_z[a@b]"}
 
 
 def test_failed_notebooks_reads_nbdev_tests_summary():

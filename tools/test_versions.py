@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -34,10 +35,13 @@ NBDEV_FAILED = "nbdev Tests Failed On The Following Notebooks:"
 
 
 def junit_outcomes(path: Path) -> dict[str, str]:
-    "`{test id: outcome}` from a pytest junit XML file; outcome is passed, failed, error or skipped."
+    """`{test id: outcome}` from a pytest junit XML file; outcome is passed, failed, error or skipped. `make test` runs
+    pytest-xdist with `--dist loadgroup`, which ends each name with `@group` (the module); this run's pytest has no
+    groups, so the suffix is dropped and the two reports name a test alike."""
     outcomes = {}
     for case in ET.parse(path).getroot().iter("testcase"):
-        test = f"{case.get('classname', '')}::{case.get('name', '')}"
+        name = re.sub(r"@\w+$", "", case.get("name", ""))  # "test_x[a-b]@test_mod" -> "test_x[a-b]"
+        test = f"{case.get('classname', '')}::{name}"
         kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
         outcomes[test] = {"failure": "failed", "error": "error", "skipped": "skipped"}.get(kinds[0] if kinds else "",
                                                                                            "passed")
