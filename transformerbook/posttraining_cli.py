@@ -24,8 +24,8 @@ from tqdm.auto import tqdm
 from .chat import SPECIAL_TOKENS, ChatTokenizer, check_messages, render_chat
 from .checkpoints import best_file, checkpoint_file, load_model, save_checkpoint
 from .data import load_tinyshakespeare, train_val_split, write_text_atomically
-from .posttraining import (apply_lora, chat_sft_model, dpo, generate_reply, line_conversations,
-                                          preference_pairs, sft, sft_examples, unwrap_lora, with_chat_vocab)
+from .posttraining import apply_lora, chat_sft_model, dpo, generate_reply, line_conversations
+from .posttraining import preference_pairs, sft, sft_examples, unwrap_lora, with_chat_vocab
 from .training import shakespeare_model
 from .validation import check_choice, check_positive_int
 
