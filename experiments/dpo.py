@@ -60,7 +60,7 @@ def train_one(sft_model, tok, pairs, held, prompts, beta, steps, eval_every, lr,
             curve.append({"step": step, **stats})
             print(json.dumps({"beta": beta, "reduction": reduction, **curve[-1]}), flush=True)
     policy = copy.deepcopy(sft_model)
-    log = dpo(policy, sft_model, tok, pairs, beta=beta, steps=steps, lr=lr, reduction=reduction,
+    log = dpo(policy, sft_model, tok, pairs, beta=beta, max_iters=steps, learning_rate=lr, reduction=reduction,
               generator=torch.Generator().manual_seed(seed), on_step=measure)
     return {"beta": beta, "reduction": reduction, "lr": lr, "steps": steps, "curve": curve,
             "train_log": log[::max(1, steps // 20)], "first_loss": log[0]["loss"],
@@ -69,7 +69,7 @@ def train_one(sft_model, tok, pairs, held, prompts, beta, steps, eval_every, lr,
 
 def run(betas=(0.1, 1.0), steps: int = 60, eval_every: int = 20, lr: float = 1e-4, n_eval: int = 150,
         n_samples: int = 4, seed: int = 0, norm_beta: float = 1.0, sft_steps: int = 300) -> dict:
-    sft_model, tok = chat_sft_model(0, steps=sft_steps)
+    sft_model, tok = chat_sft_model(0, max_iters=sft_steps)
     _, val_text = train_val_split(load_tinyshakespeare())
     lines = line_conversations(val_text)
     g = torch.Generator().manual_seed(seed)

@@ -101,8 +101,9 @@ def run_finetune(seeds=(0, 1, 2), steps: int = 300, batch_size: int = 32, settin
             torch.manual_seed(seed)
             classifier = SequenceClassifier(body, len(task["names"]))
             if train_what == "head only": freeze_body(classifier)
-            losses = finetune_classifier(classifier, train_ids, train_mask, train_labels, steps=steps,
-                                         batch_size=batch_size, lr=lr, generator=torch.Generator().manual_seed(seed))
+            losses = finetune_classifier(classifier, train_ids, train_mask, train_labels, max_iters=steps,
+                                         batch_size=batch_size, learning_rate=lr,
+                                         generator=torch.Generator().manual_seed(seed))
             acc = accuracy_with_ci(classify(classifier, test_ids, test_mask), test_labels)
             run = {"body": body_name, "train": train_what, "lr": lr, "seed": seed, **acc,
                    "final_train_loss": losses[-1]}

@@ -48,8 +48,8 @@ def one_run(pretrained: GPT, task: dict, body: str, what: str, lr: float, seed: 
     classifier = SequenceClassifier(net, len(task["names"]))
     if what == "head only": freeze_body(classifier)
     stopper = EarlyStopping(task["val"], eval_every, patience)
-    losses = finetune_classifier(classifier, *task["train"], steps=max_steps, batch_size=batch_size, lr=lr,
-                                 generator=torch.Generator().manual_seed(seed), callback=stopper)
+    losses = finetune_classifier(classifier, *task["train"], max_iters=max_steps, batch_size=batch_size,
+                                 learning_rate=lr, generator=torch.Generator().manual_seed(seed), callback=stopper)
     stopper.restore(classifier)
     val_acc = accuracy_with_ci(classify(classifier, *task["val"][:2]), task["val"][2])["accuracy"]
     test = accuracy_with_ci(classify(classifier, *task["test"][:2]), task["test"][2])

@@ -57,7 +57,7 @@ def lora_sft(seed: int, steps: int, rank: int = 8, lr: float = 1e-3):
     chat_tok = ChatTokenizer(tok)
     model = with_chat_vocab(base, chat_tok.vocab_size)
     apply_lora(model, rank=rank, alpha=2.0 * rank)
-    sft(model, sft_examples(train_val_split(load_tinyshakespeare())[1], chat_tok), steps=steps, lr=lr,
+    sft(model, sft_examples(train_val_split(load_tinyshakespeare())[1], chat_tok), max_iters=steps, learning_rate=lr,
         generator=torch.Generator().manual_seed(seed))
     merge_lora(model)
     return model, chat_tok
@@ -97,7 +97,8 @@ def run(seeds=(0, 1, 2), steps: int = 300, methods=("masked", "unmasked", "lora"
         for seed in seeds:
             t0, c0 = time.time(), time.process_time()
             if method == "lora": model, _ = lora_sft(seed, steps)
-            else: model, _ = chat_sft_model(seed, steps=steps, supervise="assistant" if method == "masked" else "all")
+            else: model, _ = chat_sft_model(seed, max_iters=steps,
+                                            supervise="assistant" if method == "masked" else "all")
             run = {"method": method, "seed": seed, "wall_s": time.time() - t0, "cpu_s": time.process_time() - c0,
                    **accuracy_with_ci(classify_speaker(model, chat_tok, who["test"], who["names"]), answers),
                    "line_nats": line_nats(model, chat_tok, lines)}

@@ -206,7 +206,7 @@ def test_classifier_pools_real_positions_and_freezing_moves_only_the_head():
     freeze_body(clf)
     before = {k: v.clone() for k, v in clf.state_dict().items()}
     labels = torch.tensor([0, 2])
-    losses = finetune_classifier(clf, x, pad, labels, steps=50, batch_size=2, lr=1e-2,
+    losses = finetune_classifier(clf, x, pad, labels, max_iters=50, batch_size=2, learning_rate=1e-2,
                                  generator=torch.Generator().manual_seed(0))
     moved = {k for k, v in clf.state_dict().items() if not torch.equal(v, before[k])}
     assert moved == {"head.weight", "head.bias"} and losses[-1] < losses[0]
@@ -218,7 +218,7 @@ def test_whole_model_finetuning_moves_the_body():
     clf = SequenceClassifier(GPT(GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=2, n_layers=1)), 2)
     before = {k: v.clone() for k, v in clf.body.state_dict().items()}
     finetune_classifier(clf, torch.randint(0, 10, (4, 8)), torch.ones(4, 8, dtype=torch.bool),
-                        torch.tensor([0, 1, 0, 1]), steps=3, batch_size=4)
+                        torch.tensor([0, 1, 0, 1]), max_iters=3, batch_size=4)
     moved = {k for k, v in clf.body.state_dict().items() if not torch.equal(v, before[k])}
     assert {"embeddings.token.weight", "blocks.0.attn.q_proj.weight"} <= moved, sorted(moved)
 
@@ -297,8 +297,8 @@ def test_early_stopping_keeps_the_best_evaluation():
     clf = SequenceClassifier(GPT(GPTConfig(vocab_size=10, context_length=8, d_model=16, n_heads=2, n_layers=1)), 2)
     x, pad = torch.randint(0, 10, (8, 8)), torch.ones(8, 8, dtype=torch.bool)
     val = (torch.randint(0, 10, (8, 8)), pad, torch.randint(0, 2, (8,)))
-    stopper = EarlyStopping(val, eval_every=5, patience=3)
-    losses = finetune_classifier(clf, x, pad, torch.tensor([0, 1] * 4), steps=500, lr=1e-2,
+    stopper = EarlyStopping(val, eval_interval=5, patience=3)
+    losses = finetune_classifier(clf, x, pad, torch.tensor([0, 1] * 4), max_iters=500, learning_rate=1e-2,
                                  generator=torch.Generator().manual_seed(0), callback=stopper)
     assert len(losses) == stopper.steps[-1] < 500
     assert stopper.best_val_loss == min(stopper.val_losses)
@@ -307,8 +307,8 @@ def test_early_stopping_keeps_the_best_evaluation():
     with torch.no_grad():
         got = torch.nn.functional.cross_entropy(clf(val[0], val[1]), val[2]).item()
     assert got == pytest.approx(stopper.best_val_loss, abs=1e-6)
-    never = EarlyStopping(val, eval_every=1000)
-    finetune_classifier(clf, x, pad, torch.tensor([0, 1] * 4), steps=3, callback=never)
+    never = EarlyStopping(val, eval_interval=1000)
+    finetune_classifier(clf, x, pad, torch.tensor([0, 1] * 4), max_iters=3, callback=never)
     assert never.steps == [] and never.best_step is None  # no evaluation: nothing stops it, nothing to restore
     with pytest.raises(ValueError, match="no evaluation yet"): never.restore(clf)
 

@@ -64,7 +64,7 @@ def test_a_classifier_on_a_llama_body_fine_tunes():
     ids = torch.randint(0, 61, (32, 10), generator=torch.Generator().manual_seed(4))
     labels = (ids[:, 0] < 30).long()  # the class is readable from the first token
     pad = torch.ones_like(ids, dtype=torch.bool)
-    losses = finetune_classifier(clf, ids, pad, labels, steps=60, batch_size=16, lr=3e-3,
+    losses = finetune_classifier(clf, ids, pad, labels, max_iters=60, batch_size=16, learning_rate=3e-3,
                                  generator=torch.Generator().manual_seed(5))
     assert sum(losses[-10:]) / 10 < 0.5 * sum(losses[:10]) / 10
 

@@ -98,7 +98,7 @@ def test_sft_calls_on_step_as_dpo_does_and_is_unchanged_by_it():
         torch.manual_seed(0)
         model = with_chat_vocab(GPT(GPTConfig(vocab_size=65, context_length=32, d_model=16, n_heads=2, n_layers=1,
                                               dropout=0.5)), 68)
-        return sft(model, examples, steps=3, batch_size=2, generator=torch.Generator().manual_seed(0),
+        return sft(model, examples, max_iters=3, batch_size=2, generator=torch.Generator().manual_seed(0),
                    on_step=on_step)
     seen = []
     losses = run(lambda step, model: (seen.append((step, model.training)), model.eval()))
@@ -237,15 +237,15 @@ def test_chat_sft_model_fine_tunes_once_under_its_folders_lock(tmp_path, monkeyp
 
     def held(model, examples, **kwargs):
         with pytest.raises(Timeout): FileLock(lock_file, timeout=0).acquire()  # another caller would wait here
-        calls.append(kwargs["steps"])
+        calls.append(kwargs["max_iters"])
         return []
     monkeypatch.setattr(posttraining, "sft", held)
     key = {"base": posttraining.model_key(base.config), "seed": 0, "steps": 1, "lr": 3e-4, "batch_size": 32,
            "supervise": "assistant", "tasks": ["who", "line"]}
     lock_file = posttraining.run_dir("chat-sft", **key)/".lock"
-    model, tok = posttraining.chat_sft_model(steps=1)
+    model, tok = posttraining.chat_sft_model(max_iters=1)
     assert calls == [1] and tok.vocab_size == 68 and (lock_file.parent/"ckpt.pt").is_file()
-    posttraining.chat_sft_model(steps=1)  # cached: loaded, not fine-tuned again
+    posttraining.chat_sft_model(max_iters=1)  # cached: loaded, not fine-tuned again
     assert calls == [1]
 
     lock_file = posttraining.run_dir("chat-sft", **{**key, "steps": 2})/".lock"  # a run not in the cache
@@ -253,7 +253,7 @@ def test_chat_sft_model_fine_tunes_once_under_its_folders_lock(tmp_path, monkeyp
     other = FileLock(lock_file)
     other.acquire()  # "another process" is fine-tuning it
     got = []
-    asker = threading.Thread(target=lambda: got.append(posttraining.chat_sft_model(steps=2)))
+    asker = threading.Thread(target=lambda: got.append(posttraining.chat_sft_model(max_iters=2)))
     asker.start()
     asker.join(timeout=1.0)
     assert asker.is_alive() and not got  # it waits on the lock
@@ -288,7 +288,7 @@ def test_cli_finetune_sft_then_dpo_on_jsonl(tmp_path, tiny_checkpoint, lora, cap
                            {"role": "assistant", "content": "PETRUCHIO"}]} for c in "abcd"]
     sft_out = tmp_path/"sft"
     args = ["finetune", "--method", "sft", "--data", _jsonl(tmp_path/"c.jsonl", chats), "--checkpoint",
-            str(tiny_checkpoint), "--steps", "2", "--batch-size", "2", "--out", str(sft_out), *lora]
+            str(tiny_checkpoint), "--max-iters", "2", "--batch-size", "2", "--out", str(sft_out), *lora]
     assert main(args) == 0, capsys.readouterr().err
     assert "SFT: 100%" in capsys.readouterr().err  # the progress bar reached the last step (2/2)
     model, tok = load_model(sft_out)
@@ -301,7 +301,7 @@ def test_cli_finetune_sft_then_dpo_on_jsonl(tmp_path, tiny_checkpoint, lora, cap
     pairs = [{"prompt": [{"role": "user", "content": "as TRANIO: Sir"}], "chosen": " give me leave",
               "rejected": " x"}] * 3
     args = ["finetune", "--method", "dpo", "--data", _jsonl(tmp_path/"p.jsonl", pairs), "--checkpoint",
-            str(sft_out), "--steps", "2", "--batch-size", "2", "--out", str(tmp_path/"dpo"), "--no-progress", *lora]
+            str(sft_out), "--max-iters", "2", "--batch-size", "2", "--out", str(tmp_path/"dpo"), "--no-progress", *lora]
     assert main(args) == 0, capsys.readouterr().err
     assert "DPO" not in capsys.readouterr().err  # --no-progress
     assert (tmp_path/"dpo"/"ckpt.pt").is_file()
@@ -317,7 +317,7 @@ def test_cli_finetune_sft_then_dpo_on_jsonl(tmp_path, tiny_checkpoint, lora, cap
 def test_cli_finetune_refuses_a_malformed_file(tmp_path, tiny_checkpoint, records, message, capsys):
     from transformerbook.cli import main
     args = ["finetune", "--method", "sft", "--data", _jsonl(tmp_path/"bad.jsonl", records), "--checkpoint",
-            str(tiny_checkpoint), "--steps", "1", "--out", str(tmp_path/"out")]
+            str(tiny_checkpoint), "--max-iters", "1", "--out", str(tmp_path/"out")]
     assert main(args) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path/"out"/"ckpt.pt").exists()
@@ -337,7 +337,7 @@ def test_cli_finetune_names_the_line_and_field_of_a_bad_pair(tmp_path, tiny_chec
     "A DPO file's errors name the line in the file (blank lines counted) and which part of the pair is at fault."
     from transformerbook.cli import main
     path = _jsonl(tmp_path/"pairs.jsonl", [PAIR, None, {**PAIR, **bad}])  # the bad pair is on line 3
-    args = ["finetune", "--method", "dpo", "--data", path, "--checkpoint", str(tiny_checkpoint), "--steps", "1",
+    args = ["finetune", "--method", "dpo", "--data", path, "--checkpoint", str(tiny_checkpoint), "--max-iters", "1",
             "--out", str(tmp_path/"out")]
     assert main(args) == 2
     assert message in capsys.readouterr().err
@@ -348,17 +348,17 @@ CHAT = {"messages": [*PAIR["prompt"], {"role": "assistant", "content": PAIR["cho
 
 
 @pytest.mark.parametrize("method,extra,message", [
-    ("sft", ["--lr", "0"], "lr=0.0 must be a positive finite number"),  # was taken for "no --lr": the default
-    ("sft", ["--learning-rate", "-1"], "lr=-1.0 must be a positive finite number"),  # train's spelling
-    ("dpo", ["--lr", "nan"], "lr=nan must be a positive finite number"),
-    ("dpo", ["--steps", "0"], "steps=0 must be a positive int"),
+    ("sft", ["--lr", "0"], "learning_rate=0.0 must be a positive finite number"),  # was read as "no --lr"
+    ("sft", ["--learning-rate", "-1"], "learning_rate=-1.0 must be a positive finite number"),  # train's spelling
+    ("dpo", ["--lr", "nan"], "learning_rate=nan must be a positive finite number"),
+    ("dpo", ["--max-iters", "0"], "max_iters=0 must be a positive int"),
     ("sft", ["--data", "tinyshakspeare"], "--data 'tinyshakspeare' is neither 'tinyshakespeare' nor a JSONL file"),
 ])
 def test_cli_finetune_refuses_bad_settings(tmp_path, tiny_checkpoint, method, extra, message, capsys):
     "Each setting is refused by name with its value, and nothing is written."
     from transformerbook.cli import main
     data = _jsonl(tmp_path/"d.jsonl", [PAIR] if method == "dpo" else [CHAT])
-    args = ["finetune", "--method", method, "--data", data, "--checkpoint", str(tiny_checkpoint), "--steps", "1",
+    args = ["finetune", "--method", method, "--data", data, "--checkpoint", str(tiny_checkpoint), "--max-iters", "1",
             "--out", str(tmp_path/"out"), *extra]
     assert main(args) == 2
     assert message in capsys.readouterr().err
@@ -374,7 +374,7 @@ def test_cli_finetune_replaces_a_run_only_with_force(tmp_path, tiny_checkpoint, 
     out.mkdir()
     shutil.copy(tiny_checkpoint, out/"best.pt")  # a trained run's best weights (vocabulary 65, no chat ids)
     data = _jsonl(tmp_path/"c.jsonl", [CHAT])
-    args = ["finetune", "--method", "sft", "--data", data, "--checkpoint", str(tiny_checkpoint), "--steps", "1",
+    args = ["finetune", "--method", "sft", "--data", data, "--checkpoint", str(tiny_checkpoint), "--max-iters", "1",
             "--batch-size", "1", "--out", str(out)]
     assert main(args) == 2
     assert "best.pt already exists" in capsys.readouterr().err and not (out/"ckpt.pt").exists()
@@ -395,7 +395,7 @@ def test_cli_chat_answers_a_finetuned_model_and_sample_refuses_it(tmp_path, tiny
     from transformerbook.training import load_model
     out = tmp_path/"sft"
     assert main(["finetune", "--method", "sft", "--data", _jsonl(tmp_path/"c.jsonl", [CHAT]), "--checkpoint",
-                 str(tiny_checkpoint), "--steps", "1", "--batch-size", "1", "--out", str(out)]) == 0
+                 str(tiny_checkpoint), "--max-iters", "1", "--batch-size", "1", "--out", str(out)]) == 0
     capsys.readouterr()
     assert main(["sample", "--checkpoint", str(out)]) == 2
     assert "the model has 68 ids, its tokenizer 65" in capsys.readouterr().err

@@ -70,7 +70,7 @@ def _add_model_options(t: argparse.ArgumentParser, model_cfg: GPTConfig) -> None
 # %% ../nbs/08a_cli.ipynb #de3b958c
 def _add_optimisation_options(t: argparse.ArgumentParser, train_cfg: TrainConfig) -> None:
     """Add `train`'s optimisation options to `t`; the help says the default and whether `--resume` may change it.
-    `--lr` is another spelling of `--learning-rate` (the name `finetune` uses)."""
+    `--lr` is another spelling of `--learning-rate` (in `finetune` too)."""
     g = t.add_argument_group("optimisation")
     for name, typ in _TRAIN_OPTIONS.items():
         note = "; may change when resuming" if name in RESUMABLE else ""

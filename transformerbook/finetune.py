@@ -36,7 +36,8 @@ from .corpus import get_batch
 from .recipes import baby_gpt_configs
 from .training import cached_run
 from .validation import check_ids, check_ids_below, check_in_interval, check_instance, check_int_in_range
-from .validation import check_nonnegative_int, check_positive_int
+from .validation import check_nonnegative_int, check_positive_int, check_positive_ints
+from .validation import check_positive_number
 
 # %% auto #0
 __all__ = ['IGNORE_INDEX', 'MASK_ID', 'mlm_corrupt', 'mlm_batch_fn', 'masked_char_model', 'masked_char_losses',
@@ -239,28 +240,28 @@ def finetune_classifier(classifier: SequenceClassifier,
                         token_ids: Tensor, # (N, T) int64 training pieces
                         padding_mask: Tensor | None, # (N, T) bool, True = real token; None: no padding
                         labels: Tensor, # (N,) int64 in [0, n_classes)
-                        steps: int = 300, # optimizer steps
+                        max_iters: int = 300, # optimizer steps
                         batch_size: int = 32, # pieces per step, drawn with replacement
-                        lr: float = 1e-3, # AdamW learning rate, constant, no weight decay
+                        learning_rate: float = 1e-3, # AdamW learning rate, constant, no weight decay
                         generator: torch.Generator | None = None, # draws the batches
                         callback=None, # called as callback(step, classifier) after each step; True stops training
                        ) -> list[float]: # the training loss of every step, nats
     """Fine-tune by backpropagation on the cross-entropy of the class logits. Trains the parameters that require
     gradients: the whole model, or only the head after `freeze_body` (then the body's features are computed once,
     in eval mode). `callback` (e.g. `EarlyStopping`) may stop it early. Leaves the classifier in eval mode. Raises
-    `ValueError` for a non-positive steps or batch_size, labels not (N,) with N = len(token_ids) >= 1, or a label
-    outside [0, n_classes); `TypeError` for labels that are not int64."""
-    check_positive_int("steps", steps)
-    check_positive_int("batch_size", batch_size)
+    `ValueError` for a non-positive max_iters, batch_size or learning_rate, labels not (N,) with N = len(token_ids)
+    >= 1, or a label outside [0, n_classes); `TypeError` for labels that are not int64."""
+    check_positive_ints(max_iters=max_iters, batch_size=batch_size)
+    check_positive_number("learning_rate", learning_rate)
     _check_labels(labels, len(token_ids), classifier.head.out_features)
     frozen = not any(p.requires_grad for p in classifier.body.parameters())
     params = [p for p in classifier.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
     if frozen:
         with eval_mode(classifier), torch.no_grad(): feats = classifier.features(token_ids, padding_mask)  # (N, D)
     classifier.train()
     losses = []
-    for _ in range(steps):
+    for _ in range(max_iters):
         ix = torch.randint(len(labels), (batch_size,), generator=generator)  # (b,)
         if frozen: logits = classifier.head(feats[ix])  # (b, C)
         else: logits = classifier(token_ids[ix], None if padding_mask is None else padding_mask[ix])  # (b, C)
@@ -275,21 +276,22 @@ def finetune_classifier(classifier: SequenceClassifier,
 
 # %% ../nbs/11b_finetune.ipynb #6f39a036
 class EarlyStopping:
-    """A `finetune_classifier` callback: every `eval_every` steps the cross-entropy on the validation pieces, a copy
-    of the parameters at the best one so far, and a stop after `patience` evaluations without a new best. After
-    training, `restore(classifier)` loads the best parameters. Raises `ValueError` for a bad eval_every or patience."""
+    """A `finetune_classifier` callback: every `eval_interval` steps the cross-entropy on the validation pieces, a
+    copy of the parameters at the best one so far, and a stop after `patience` evaluations without a new best. After
+    training, `restore(classifier)` loads the best parameters. Raises `ValueError` for a bad eval_interval or
+    patience."""
     def __init__(self, val: tuple, # (token_ids (N, T) int64, padding_mask (N, T) bool, labels (N,) int64)
-                 eval_every: int = 25, # steps between evaluations
+                 eval_interval: int = 25, # steps between evaluations
                  patience: int = 4, # evaluations without a new best before stopping
                 ):
-        check_positive_int("eval_every", eval_every)
+        check_positive_int("eval_interval", eval_interval)
         check_positive_int("patience", patience)
-        self.val, self.eval_every, self.patience = val, eval_every, patience
+        self.val, self.eval_interval, self.patience = val, eval_interval, patience
         self.steps, self.val_losses, self.best_step, self.best_state = [], [], None, None
 
     @torch.no_grad()
     def __call__(self, step: int, classifier: SequenceClassifier) -> bool: # True: stop training
-        if step % self.eval_every: return False
+        if step % self.eval_interval: return False
         with eval_mode(classifier):
             loss = F.cross_entropy(classifier(self.val[0], self.val[1]), self.val[2]).item()
         self.steps.append(step)
@@ -303,7 +305,7 @@ class EarlyStopping:
 
     def restore(self, classifier: SequenceClassifier) -> SequenceClassifier:
         "Load the parameters of the best evaluation (in place); `ValueError` if nothing was evaluated yet."
-        if self.best_state is None: raise ValueError("no evaluation yet: train for at least eval_every steps")
+        if self.best_state is None: raise ValueError("no evaluation yet: train for at least eval_interval steps")
         classifier.load_state_dict(self.best_state)
         return classifier
 

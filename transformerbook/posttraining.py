@@ -122,20 +122,21 @@ def with_chat_vocab(model: GPT, # a trained GPT; left unchanged
 # %% ../nbs/13_posttraining.ipynb #a0bafdae
 def sft(model: nn.Module, # trained in place; every parameter that requires grad moves (all, or LoRA's A and B)
         examples: list, # [(ids, loss_mask)] from `render_chat`
-        steps: int = 300, # optimizer steps
+        max_iters: int = 300, # optimizer steps
         batch_size: int = 32, # conversations per step, drawn with replacement
-        lr: float = 3e-4, # AdamW learning rate, constant, no weight decay
+        learning_rate: float = 3e-4, # AdamW learning rate, constant, no weight decay
         supervise: str = "assistant", # "assistant" (the loss mask) or "all" (unmasked ablation)
         generator: torch.Generator | None = None, # draws the batches
         on_step=None, # called as on_step(step, model) before each step and after the last (e.g. a progress bar)
        ) -> list[float]: # the training loss of every step, nats per supervised token
     """Supervised fine-tuning on rendered conversations. Leaves the model in eval mode. Raises `ValueError` for a
-    non-positive steps, batch_size or lr, and what `chat_batch` and `sft_loss` raise."""
-    check_positive_ints(steps=steps, batch_size=batch_size)
-    check_positive_number("lr", lr)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    non-positive max_iters, batch_size or learning_rate, and what `chat_batch` and `sft_loss` raise."""
+    check_positive_ints(max_iters=max_iters, batch_size=batch_size)
+    check_positive_number("learning_rate", learning_rate)
+    params = [p for p in model.parameters() if p.requires_grad]  # all, or LoRA's A and B
+    optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
     losses = []
-    for step in range(steps):
+    for step in range(max_iters):
         if on_step: on_step(step, model)
         model.train()
         ix = torch.randint(len(examples), (batch_size,), generator=generator).tolist()
@@ -144,7 +145,7 @@ def sft(model: nn.Module, # trained in place; every parameter that requires grad
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    if on_step: on_step(steps, model)
+    if on_step: on_step(max_iters, model)
     model.eval()
     return losses
 
@@ -229,7 +230,7 @@ def sft_examples(text: str, # TinyShakespeare-formatted text (the book uses the 
     return [render_chat(m, tokenizer) for m in who + line_conversations(text, seed=seed)["train"]]
 
 def chat_sft_model(seed: int = 0, # initialises nothing new but draws the batches (and names the cache entry)
-                   steps: int = 300, lr: float = 3e-4, batch_size: int = 32,
+                   max_iters: int = 300, learning_rate: float = 3e-4, batch_size: int = 32,
                    supervise: str = "assistant", # "all" trains the unmasked ablation
                    progress: bool = False, # progress bar if the base model must be trained first
                   ) -> tuple: # (GPT with the chat ids, in eval mode; ChatTokenizer)
@@ -238,15 +239,17 @@ def chat_sft_model(seed: int = 0, # initialises nothing new but draws the batche
     that ask at once fine-tune it once (`model_cache.run_lock`)."""
     base, tok = shakespeare_model("char", progress=progress)
     chat_tok = ChatTokenizer(tok)
-    key = {"base": model_key(base.config), "seed": seed, "steps": steps, "lr": lr, "batch_size": batch_size,
-           "supervise": supervise, "tasks": ["who", "line"]}
+    # the key keeps these arguments' first names ("steps", "lr"), so models cached before the rename stay found
+    key = {"base": model_key(base.config), "seed": seed, "steps": max_iters, "lr": learning_rate,
+           "batch_size": batch_size, "supervise": supervise, "tasks": ["who", "line"]}
     path = run_dir("chat-sft", **key)/"ckpt.pt"
     with run_lock(path.parent):  # another process fine-tuning it: wait, then load what it wrote
         if path.is_file(): return load_model(path)[0], chat_tok
         model = with_chat_vocab(base, chat_tok.vocab_size)
-        sft(model, sft_examples(train_val_split(load_tinyshakespeare())[1], chat_tok), steps=steps,
-            batch_size=batch_size, lr=lr, supervise=supervise, generator=torch.Generator().manual_seed(seed))
-        save_checkpoint(path, model, None, steps, tokenizer=tok)  # the base tokenizer; the chat ids follow from it
+        sft(model, sft_examples(train_val_split(load_tinyshakespeare())[1], chat_tok), max_iters=max_iters,
+            batch_size=batch_size, learning_rate=learning_rate, supervise=supervise,
+            generator=torch.Generator().manual_seed(seed))
+        save_checkpoint(path, model, None, max_iters, tokenizer=tok)  # the base tokenizer; the chat ids follow from it
     return model, chat_tok
 
 # %% ../nbs/13_posttraining.ipynb #5c0073d5
@@ -420,22 +423,22 @@ def _pair_rows(pairs: list, tokenizer: ChatTokenizer) -> tuple[Tensor, Tensor]:
 def dpo(policy: nn.Module, # trained in place (all parameters that require grad)
         reference: nn.Module, # frozen π_ref, usually a copy of the SFT model
         tokenizer: ChatTokenizer, pairs: list, # from `preference_pairs`
-        beta: float = 0.1, steps: int = 100, batch_size: int = 16, lr: float = 1e-4,
+        beta: float = 0.1, max_iters: int = 100, batch_size: int = 16, learning_rate: float = 1e-4,
         reduction: str = "sum", # "sum" (eq. 7) or "mean" (per-token, DPO-Norm)
         generator: torch.Generator | None = None,
         on_step=None, # called as on_step(step, policy) before each step and after the last (e.g. to measure)
        ) -> list[dict]: # per step: loss and `dpo_loss`'s metrics
-    """Direct preference optimisation (Rafailov et al. 2023, eq. 7) on `pairs`. Leaves the policy in eval mode.
-    Raises `ValueError` for a non-positive steps, batch_size or lr, and what `response_logprobs` and `dpo_loss`
-    raise."""
-    check_positive_ints(steps=steps, batch_size=batch_size)
-    check_positive_number("lr", lr)
+    """Direct preference optimisation (Rafailov et al. 2023, eq. 7) on `pairs`. Leaves the policy in eval mode. Raises
+    `ValueError` for non-positive max_iters, batch_size or learning_rate, and what response_logprobs, dpo_loss raise."""
+    check_positive_ints(max_iters=max_iters, batch_size=batch_size)
+    check_positive_number("learning_rate", learning_rate)
     token_ids, loss_mask = _pair_rows(pairs, tokenizer)
     N = len(pairs)
     with torch.no_grad(): ref = response_logprobs(reference.eval(), token_ids, loss_mask, reduction)  # (2N,) once
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
     log = []
-    for step in range(steps):
+    for step in range(max_iters):
         if on_step: on_step(step, policy)
         policy.train()
         ix = torch.randint(N, (batch_size,), generator=generator)  # (b,) pair indices
@@ -446,7 +449,7 @@ def dpo(policy: nn.Module, # trained in place (all parameters that require grad)
         loss.backward()
         optimizer.step()
         log.append({"loss": loss.item(), **metrics})
-    if on_step: on_step(steps, policy)
+    if on_step: on_step(max_iters, policy)
     policy.eval()
     return log
 

@@ -127,26 +127,29 @@ def _finetune(args) -> int:
     data = _finetune_data(args, model, chat_tok)
     reference = copy.deepcopy(model).eval()  # DPO's π_ref: the start model, frozen
     if args.lora_rank: apply_lora(model, rank=args.lora_rank, alpha=2.0 * args.lora_rank)
-    lr = args.lr if args.lr is not None else 1e-3 if args.lora_rank else 3e-4 if args.method == "sft" else 1e-4
-    bar = tqdm(total=args.steps, desc=args.method.upper(), unit="step", disable=args.no_progress)
-    kw = dict(steps=args.steps, batch_size=args.batch_size, lr=lr, generator=torch.Generator().manual_seed(args.seed),
+    learning_rate = args.learning_rate if args.learning_rate is not None else \
+        1e-3 if args.lora_rank else 3e-4 if args.method == "sft" else 1e-4
+    bar = tqdm(total=args.max_iters, desc=args.method.upper(), unit="step", disable=args.no_progress)
+    kw = dict(max_iters=args.max_iters, batch_size=args.batch_size, learning_rate=learning_rate,
+              generator=torch.Generator().manual_seed(args.seed),
               on_step=lambda step, _: bar.update(step - bar.n))  # the bar counts finished steps
     log = sft(model, data, **kw) if args.method == "sft" else \
         [r["loss"] for r in dpo(model, reference, chat_tok, data, beta=args.beta, **kw)]
     bar.close()
-    path = save_checkpoint(args.out, unwrap_lora(model), None, args.steps, tokenizer=chat_tok.base)
+    path = save_checkpoint(args.out, unwrap_lora(model), None, args.max_iters, tokenizer=chat_tok.base)
     best_file(path).unlink(missing_ok=True)  # a replaced run's best weights: `load_model` would read them first
     book = args.data == "tinyshakespeare"
     card = model_card(path, args.data, start=f"`{args.checkpoint}`" if args.checkpoint else _BOOK_START[args.method],
                       data_note=_BOOK_DATA[args.method] if book else f"`{args.data}` (every record; no held-out part).")
     card += (f"\n## Fine-tuning (chapter 13)\n\n- `transformerbook finetune --method {args.method}`: "
-             f"{args.steps} steps of {args.batch_size}, lr {lr}{f', beta {args.beta}' if args.method == 'dpo' else ''}"
+             f"{args.max_iters} steps of {args.batch_size}, learning rate {learning_rate}"
+             f"{f', beta {args.beta}' if args.method == 'dpo' else ''}"
              f"{f', LoRA rank {args.lora_rank} (merged)' if args.lora_rank else ', every weight'}; "
              f"final training loss {log[-1]:.4f}.\n- Chat format: ids {chat_tok.vocab_size - 3} to "
              f"{chat_tok.vocab_size - 1} are {', '.join(SPECIAL_TOKENS)}. Ask it a question with `transformerbook chat "
              f"--checkpoint {path.parent} --prompt ...`.\n")
     card_path = write_text_atomically(path.parent/MODEL_CARD_NAME, card)  # one write: never a card without this part
-    print(f"step {args.steps}: training loss {log[-1]:.4f}; checkpoint {path}; model card {card_path}")
+    print(f"step {args.max_iters}: training loss {log[-1]:.4f}; checkpoint {path}; model card {card_path}")
     return 0
 
 # %% ../nbs/posttraining_cli.ipynb #c4a7e2d1
@@ -184,10 +187,10 @@ def add_finetune_command(sub) -> None:
     p.add_argument("--checkpoint", default=None, help="start here (default: chapter 8's character model for sft, "
                                                       "the book's SFT model for dpo)")
     p.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank (0: every weight)")
-    p.add_argument("--steps", type=int, default=300, help="optimizer steps (default 300)")
+    p.add_argument("--max-iters", type=int, default=300, help="optimizer steps (default 300)")
     p.add_argument("--batch-size", type=int, default=32,
                    help="conversations (sft) or preference pairs (dpo) per step, drawn with replacement (default 32)")
-    p.add_argument("--lr", "--learning-rate", type=float, default=None,
+    p.add_argument("--learning-rate", "--lr", type=float, default=None,
                    help="AdamW's learning rate, constant (default 3e-4 for sft, 1e-4 for dpo, 1e-3 with LoRA)")
     p.add_argument("--beta", type=float, default=0.1, help="DPO's beta, the strength of the KL penalty (default 0.1)")
     p.add_argument("--seed", type=int, default=0, help="draws the batches, and the book's DPO pairs (default 0)")

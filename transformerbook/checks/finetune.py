@@ -176,7 +176,7 @@ def check_freeze_body(fn: Callable, # fn(classifier) -> classifier, with only th
                              f"eval() only switches dropout off, and the embeddings (also the tied lm_head) are part "
                              f"of the body: set requires_grad False on every classifier.body parameter.")
     before = {n: p.detach().clone() for n, p in classifier.named_parameters()}
-    finetune_classifier(classifier, token_ids, padding_mask, labels, steps=3, batch_size=8,
+    finetune_classifier(classifier, token_ids, padding_mask, labels, max_iters=3, batch_size=8,
                         generator=torch.Generator().manual_seed(0))
     moved = [n for n, p in classifier.named_parameters() if not torch.equal(p.detach(), before[n])]
     if [n for n in moved if n.startswith("body.")] or not any(n.startswith("head.") for n in moved):
