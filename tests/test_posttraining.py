@@ -424,6 +424,41 @@ def test_cli_chat_answers_a_finetuned_model_and_sample_refuses_it(tmp_path, tiny
     assert main(["chat", "--checkpoint", str(out), "--prompt", "a" * 60, "--max-new-tokens", "1"]) == 0
 
 
+def test_cli_chat_reads_one_question_per_line_until_an_empty_one(tmp_path, tiny_checkpoint, capsys, monkeypatch):
+    """Without --prompt, `chat` answers each line of the input on its own, with one generator seeded once: the replies
+    are `generate_reply`'s to each question in turn. A line that cannot be asked is refused on stderr and skipped;
+    reading stops at an empty line. --top-k reaches the sampler: top-k 1 is greedy decoding."""
+    import io
+    import sys
+    from transformerbook.cli import main
+    from transformerbook.posttraining import generate_reply
+    from transformerbook.training import load_model
+    out = tmp_path/"sft"
+    assert main(["finetune", "--method", "sft", "--data", _jsonl(tmp_path/"c.jsonl", [CHAT]), "--checkpoint",
+                 str(tiny_checkpoint), "--max-iters", "1", "--batch-size", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    lines = ["who says: Sir", "a" * 61, "as TRANIO: Madam", "", "who says: never asked"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
+    assert main(["chat", "--checkpoint", str(out), "--max-new-tokens", "6", "--seed", "3"]) == 0
+    got = capsys.readouterr()
+    model, tok = load_model(out)
+    chat_tok, gen = ChatTokenizer(tok), torch.Generator().manual_seed(3)
+    replies = [generate_reply(model, chat_tok, [[{"role": "user", "content": q}]], 6, generator=gen)[0]
+               for q in (lines[0], lines[2])]  # the same generator, in turn
+    text = lambda r: chat_tok.decode(r[:-1]) if r[-1] == chat_tok.end_id else chat_tok.decode(r) + \
+        " [cut at --max-new-tokens]"  # noqa: E731
+    assert got.out == "".join(text(r) + "\n" for r in replies)
+    assert "one question per line" in got.err and "the question is 64 tokens with the chat tokens" in got.err
+    greedy = []
+    for extra in (["--temperature", "0"], ["--top-k", "1", "--seed", "5"]):
+        assert main(["chat", "--checkpoint", str(out), "--prompt", "who says: Sir", "--max-new-tokens", "8",
+                     *extra]) == 0
+        greedy.append(capsys.readouterr().out)
+    assert greedy[0] == greedy[1]
+    assert main(["chat", "--checkpoint", str(out), "--prompt", "x", "--top-p", "1.5"]) == 2
+    assert "top_p" in capsys.readouterr().err
+
+
 # ---- the experiments ----
 
 def _load_experiment(name: str):

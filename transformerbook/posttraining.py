@@ -156,12 +156,14 @@ def generate_reply(model: nn.Module, # a chat GPT
                    conversations: list, # [messages]: each ends with a user turn
                    max_new_tokens: int = 40, # a reply that has not ended by then is cut
                    temperature: float = 1.0, # 0 = greedy
+                   top_k: int | None = None, # sample among the k most probable tokens (chapter 7); None = all
+                   top_p: float | None = None, # sample within the nucleus of mass p (chapter 7); None = all
                    generator: torch.Generator | None = None,
                   ) -> list[list[int]]: # each reply's ids, up to and including <|end|> when it was produced
     "Sample one assistant reply per conversation (batched, left-padded), stopping at the end-of-turn id."
     prompts = [render_chat(m, tokenizer, add_generation_prompt=True)[0] for m in conversations]
-    out = generate(model, prompts, max_new_tokens, temperature=temperature, eos_token_id=tokenizer.end_id,
-                   generator=generator)  # (B, P + n), left-padded prompts
+    out = generate(model, prompts, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                   eos_token_id=tokenizer.end_id, generator=generator)  # (B, P + n), left-padded prompts
     return [row[:row.index(tokenizer.end_id) + 1] if tokenizer.end_id in row else row  # cut after <|end|>
             for row in out[:, max(len(p) for p in prompts):].tolist()]
 

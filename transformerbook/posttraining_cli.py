@@ -1,5 +1,5 @@
 """`transformerbook finetune` runs chapter 13's supervised fine-tuning or DPO on the book's tasks or on your own JSONL
-file; `transformerbook chat` asks the model it makes one question. A companion page of chapter 13, "From a
+file; `transformerbook chat` asks the model it makes your questions. A companion page of chapter 13, "From a
 language model to an assistant".
 
 **In the package** (`transformerbook.posttraining_cli`): `read_jsonl` reads a reader's data file;
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -152,28 +153,63 @@ def _finetune(args) -> int:
     print(f"step {args.max_iters}: training loss {log[-1]:.4f}; checkpoint {path}; model card {card_path}")
     return 0
 
-# %% ../nbs/posttraining_cli.ipynb #c4a7e2d1
-def _chat(args) -> int:
-    """`transformerbook chat`: one user turn to a chat checkpoint (from `finetune`), and the reply it samples, up to its
-    `<|end|>` (not printed). `ValueError` for a checkpoint whose ids are not its tokenizer's plus the chat tokens, and
-    for a question that leaves the model's context no room for a reply."""
-    model, tok = load_model(args.checkpoint)
+# %% ../nbs/posttraining_cli.ipynb #c4a7e2d3
+def _chat_model(args) -> tuple:
+    """(model on --device, ChatTokenizer) from --checkpoint; `ValueError` for a checkpoint whose ids are not its
+    tokenizer's plus the chat tokens (e.g. a model from `train`)."""
+    from transformerbook.cli import resolve_device
+    model, tok = load_model(args.checkpoint, resolve_device(args.device))
     if tok is None: raise ValueError(f"checkpoint {args.checkpoint} holds no tokenizer")
     chat_tok = ChatTokenizer(tok)
     if model.config.vocab_size != chat_tok.vocab_size:
         raise ValueError(f"{args.checkpoint} is not a chat model: its {model.config.vocab_size} ids are not its "
                          f"tokenizer's {tok.vocab_size} plus the {len(SPECIAL_TOKENS)} chat tokens (make one with "
                          "`transformerbook finetune`; `transformerbook sample` continues text)")
-    check_positive_int("max_new_tokens", args.max_new_tokens)
-    question = [{"role": "user", "content": args.prompt}]
-    n, C = len(render_chat(question, chat_tok, add_generation_prompt=True)[0]), model.config.context_length
-    if n >= C: raise ValueError(f"--prompt is {n} tokens with the chat tokens; the model reads {C}, so no reply fits")
-    reply = generate_reply(model, chat_tok, [question], args.max_new_tokens,
-                           temperature=args.temperature, generator=torch.Generator().manual_seed(args.seed))[0]
+    return model, chat_tok
+
+def _question(text: str, chat_tok: ChatTokenizer, context_length: int, what: str) -> list:
+    "One user turn; `ValueError` for text the tokenizer cannot write or that leaves the context no room for a reply."
+    question = [{"role": "user", "content": text}]
+    n = len(render_chat(question, chat_tok, add_generation_prompt=True)[0])
+    if n >= context_length:
+        raise ValueError(f"{what} is {n} tokens with the chat tokens; the model reads {context_length}, so no "
+                         "reply fits")
+    return question
+
+def _reply(model, chat_tok: ChatTokenizer, question: list, args, generator: torch.Generator) -> str:
+    "The reply `generate_reply` samples, without its `<|end|>`, or marked as cut at --max-new-tokens."
+    reply = generate_reply(model, chat_tok, [question], args.max_new_tokens, temperature=args.temperature,
+                           top_k=args.top_k, top_p=args.top_p, generator=generator)[0]
     ended = reply[-1:] == [chat_tok.end_id]
-    print(chat_tok.decode(reply[:-1] if ended else reply) + ("" if ended else " [cut at --max-new-tokens]"))
+    return chat_tok.decode(reply[:-1] if ended else reply) + ("" if ended else " [cut at --max-new-tokens]")
+
+# %% ../nbs/posttraining_cli.ipynb #c4a7e2d1
+def _chat(args) -> int:
+    """`transformerbook chat`: the reply to --prompt; without it, a reply to each line read from the input, each
+    question on its own (the book's models learned one-turn conversations), until an empty line or the end of the
+    input. One generator, seeded once, draws every reply. A line that cannot be asked is refused on stderr and the
+    next is read; a bad --prompt or sampling setting stops the command (`ValueError`)."""
+    model, chat_tok = _chat_model(args)
+    check_positive_int("max_new_tokens", args.max_new_tokens)
+    C, generator = model.config.context_length, torch.Generator().manual_seed(args.seed)
+    if args.prompt is not None:
+        print(_reply(model, chat_tok, _question(args.prompt, chat_tok, C, "--prompt"), args, generator))
+        return 0
+    print(f"{args.checkpoint}: one question per line, each answered on its own; an empty line ends", file=sys.stderr,
+          flush=True)
+    while (text := _read_line()):
+        try: question = _question(text, chat_tok, C, "the question")
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            continue
+        print(_reply(model, chat_tok, question, args, generator), flush=True)
     return 0
 
+def _read_line() -> str:
+    "The next line of the input, stripped (typed after a '> ' at a terminal); '' at its end."
+    if not sys.stdin.isatty(): return sys.stdin.readline().strip()  # a file or a pipe (or a notebook's test)
+    try: return input("> ").strip()
+    except EOFError: return ""
 
 # %% ../nbs/posttraining_cli.ipynb #5be437d0
 def add_finetune_command(sub) -> None:
@@ -200,14 +236,20 @@ def add_finetune_command(sub) -> None:
                    help="replace a run already in DIR (without it that is refused: no run is overwritten by accident)")
     p.set_defaults(run=_finetune)
 
+# %% ../nbs/posttraining_cli.ipynb #5be437d1
 def add_chat_command(sub) -> None:
     "Add `transformerbook chat` to the CLI's subparsers (found through the `transformerbook.commands` entry point)."
-    p = sub.add_parser("chat", help="ask a chat model from `finetune` one question (chapter 13)",
-                       description="Send one user turn to a chat checkpoint and print the assistant's reply, sampled "
-                                   "until its end-of-turn token; the same seed gives the same reply.")
+    p = sub.add_parser("chat", help="ask a chat model from `finetune` questions (chapter 13)",
+                       description="Send a user turn to a chat checkpoint and print the assistant's reply, sampled "
+                                   "until its end-of-turn token: --prompt, or each line typed, every question on its "
+                                   "own, until an empty line. The same seed gives the same replies.")
     p.add_argument("--checkpoint", required=True, metavar="PATH", help="a run folder of `finetune`, or its ckpt.pt")
-    p.add_argument("--prompt", required=True, help="the user's message, e.g. 'who says: Good morrow, sir'")
+    p.add_argument("--prompt", default=None, help="the user's message, e.g. 'who says: Good morrow, sir' "
+                                                  "(default: read one per line from the input)")
     p.add_argument("--max-new-tokens", type=int, default=40, help="a reply not ended by then is cut (default 40)")
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 = greedy (default 1.0)")
+    p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
+    p.add_argument("--top-p", type=float, default=None, help="sample within the nucleus of probability mass p")
     p.add_argument("--seed", type=int, default=1337, help="random seed (default 1337)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or mps; a checkpoint from any device loads")
     p.set_defaults(run=_chat)
