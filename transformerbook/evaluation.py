@@ -95,11 +95,11 @@ def _checked_loss_mask(token_ids, loss_mask) -> Tensor:
 # %% ../nbs/11a_tasks.ipynb #07210485
 def _pad_rows(rows: list, # R lists of token ids
               starts: list, # R indices: row r is scored from starts[r] to its end
-              pad_id: int, # fills the right padding
+              pad_token_id: int, # fills the right padding
              ) -> tuple: # token_ids (R, L) int64, loss_mask (R, L) bool, L = the longest row
     "Right-pad `rows` into one tensor; the mask is True on `row[start:]` of each row and False on the padding."
     L = max(len(r) for r in rows)
-    token_ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
+    token_ids = torch.full((len(rows), L), pad_token_id, dtype=torch.long)
     loss_mask = torch.zeros(len(rows), L, dtype=torch.bool)
     for r, (row, start) in enumerate(zip(rows, starts)):
         token_ids[r, :len(row)] = torch.tensor(row)
@@ -111,7 +111,7 @@ def candidate_batch(tokenizer, # anything with `encode(str) -> list[int]`
                     prompts: Sequence[str], # N prompts
                     candidates: Sequence[Sequence[str]], # N lists of candidates (lengths may differ)
                     context_length: int, # the model's context, in tokens
-                    pad_id: int = 0, # fills the right padding (never scored)
+                    pad_token_id: int = 0, # fills the right padding (never scored)
                    ) -> tuple: # token_ids (R, L) int64, loss_mask (R, L) bool, owner (R,) int64: prompt of each row
     """Rows `prompt + candidate` for every candidate of every prompt, the prompt cropped from the left to fit the
     context, the mask True on the candidate's tokens. Raises `TypeError` if a candidate list is a string, and
@@ -125,7 +125,7 @@ def candidate_batch(tokenizer, # anything with `encode(str) -> list[int]`
         if len(cands) == 0: raise ValueError(f"candidates[{i}] is empty: give at least one candidate")
         seqs, seq_starts = encode_continuations(tokenizer, prompt, cands, context_length, name="candidate")  # chapter 7
         rows, starts, owner = rows + seqs, starts + seq_starts, owner + [i] * len(seqs)
-    return *_pad_rows(rows, starts, pad_id), torch.tensor(owner)
+    return *_pad_rows(rows, starts, pad_token_id), torch.tensor(owner)
 
 # %% ../nbs/11a_tasks.ipynb #95f28114
 def score_candidates(model: nn.Module, # our `GPT` or a Hugging Face causal LM

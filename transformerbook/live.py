@@ -96,7 +96,8 @@ def live_info(name: str) -> dict:
     return {"name": name, "description": STAND_IN if stand_in else LIVE_MODELS[name], "stand_in": stand_in,
             "weights_sha256": weights_sha256(model),
             "n_params": model.n_params(), "context_length": c.context_length, "n_layers": c.n_layers,
-            "n_heads": c.n_heads, "vocab_size": c.vocab_size, "alphabet": list(tok.chars), "pad_id": tok.stoi["\n"],
+            "n_heads": c.n_heads, "vocab_size": c.vocab_size, "alphabet": list(tok.chars),
+            "pad_token_id": tok.stoi["\n"],
             "onnx": f"{name}.onnx", "outputs": ["logits", "attention", "logit_lens"]}
 
 def _replace_atomic(write, path: Path) -> None:
@@ -120,7 +121,7 @@ def export_onnx(name: str, # a key of `LIVE_MODELS`
     info = live_info(name)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    ids = torch.full((1, info["context_length"]), info["pad_id"])  # (1, T) int64
+    ids = torch.full((1, info["context_length"]), info["pad_token_id"])  # (1, T) int64
     with _quiet("torch.export", "torch.fx.experimental.symbolic_shapes", "torch.onnx"), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations
         program = torch.export.export(ExplainedGPT(model), (ids,), strict=False)  # ids' values: not read when exporting
@@ -177,7 +178,7 @@ def onnx_outputs(path: Path | str, # an `export_onnx` file, `<name>.json` beside
     ids = encode_window(info, text)
     T, C = len(ids), info["context_length"]
     session = _session(str(path), path.stat().st_mtime_ns)
-    out = session.run(None, {"token_ids": np.array([ids + [info["pad_id"]] * (C - T)], dtype=np.int64)})
+    out = session.run(None, {"token_ids": np.array([ids + [info["pad_token_id"]] * (C - T)], dtype=np.int64)})
     logits, attention, lens = out  # (C, V), (L, H, C, C), (L+1, C, V)
     return {"logits": logits[:T], "attention": attention[:, :, :T, :T], "logit_lens": lens[:, :T]}
 

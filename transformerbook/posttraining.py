@@ -63,7 +63,7 @@ def sft_targets(token_ids: Tensor, # (B, T+1) int64 rendered conversations, righ
     return token_ids[:, :-1], targets
 
 def chat_batch(examples: list, # [(ids, loss_mask)] from `render_chat`
-               pad_id: int = 0, # fills the right padding (never learned)
+               pad_token_id: int = 0, # fills the right padding (never learned)
               ) -> tuple[Tensor, Tensor, Tensor]: # token_ids (B, L), loss_mask (B, L), padding_mask (B, L)
     """Right-pad rendered conversations to the longest, L; padding is False in both masks. `ValueError` if empty or if
     an example's loss_mask is not as long as its ids."""
@@ -72,7 +72,7 @@ def chat_batch(examples: list, # [(ids, loss_mask)] from `render_chat`
         if len(mask) != len(ids):
             raise ValueError(f"examples[{b}] has {len(ids)} ids but a loss_mask of length {len(mask)}: one flag per id")
     L = max(len(ids) for ids, _ in examples)
-    token_ids = torch.full((len(examples), L), pad_id, dtype=torch.long)
+    token_ids = torch.full((len(examples), L), pad_token_id, dtype=torch.long)
     loss_mask = torch.zeros(len(examples), L, dtype=torch.bool)
     padding_mask = torch.zeros(len(examples), L, dtype=torch.bool)
     for b, (ids, mask) in enumerate(examples):

@@ -28,54 +28,56 @@ __all__ = ['META_CASES', 'lm_loss_reference', 'check_lm_loss', 'check_pack', 'ch
 
 # %% ../../nbs/checks/08_training.ipynb #da5cb77e
 def lm_loss_reference(logits: Tensor, # (B, T, V) float
-                      token_ids: Tensor, # (B, T) int64, right-padded with pad_id
-                      pad_id: int, # padding id; targets equal to it are ignored
+                      token_ids: Tensor, # (B, T) int64, right-padded with pad_token_id
+                      pad_token_id: int, # padding id; targets equal to it are ignored
                      ) -> Tensor: # scalar: mean -log p(next token) over the B·(T-1) positions with a real target
     "Reference for Exercise 8.1: shift by one, ignore padded targets, average over the rest."
     targets = token_ids[:, 1:]  # (B, T-1): the token after each position
-    targets = targets.masked_fill(targets == pad_id, -100)
+    targets = targets.masked_fill(targets == pad_token_id, -100)
     return cross_entropy_loss(logits[:, :-1], targets, ignore_index=-100)  # (B, T-1, V) vs (B, T-1)
 
-def _loss_case(seed: int, B: int = 3, T: int = 7, V: int = 11, pad_id: int = 0):
+def _loss_case(seed: int, B: int = 3, T: int = 7, V: int = 11, pad_token_id: int = 0):
     ("Seeded logits and a right-padded batch of B rows with different lengths (the first row is full); "
-     "real tokens are any id but pad_id.")
+     "real tokens are any id but pad_token_id.")
     g = torch.Generator().manual_seed(seed)
     logits = 2.0 * torch.randn(B, T, V, generator=g)
     token_ids = torch.randint(0, V - 1, (B, T), generator=g)  # V - 1 ids ...
-    token_ids[token_ids >= pad_id] += 1  # ... mapped onto every id except pad_id
-    if pad_id != 0:
-        token_ids[0, 1::2] = 0  # with a non-zero pad_id, 0 is an ordinary token: make sure some targets are 0
+    token_ids[token_ids >= pad_token_id] += 1  # ... mapped onto every id except pad_token_id
+    if pad_token_id != 0:
+        token_ids[0, 1::2] = 0  # with a non-zero pad_token_id, 0 is an ordinary token: make sure some targets are 0
     for b, length in enumerate([T, T - 3, 2][:B]):
-        token_ids[b, length:] = pad_id
-    return logits, token_ids, pad_id
+        token_ids[b, length:] = pad_token_id
+    return logits, token_ids, pad_token_id
 
 _LOSS_PAD_IDS = (0, 10, 4)  # pad ids of the three cases (V = 11): the usual 0, the last id, one in the middle
 
 # %% ../../nbs/checks/08_training.ipynb #b74ba882
 @checker("Exercise 8.1 — the language-model loss with padding")
 def check_lm_loss(lm_loss) -> bool:
-    "Check `lm_loss(logits, token_ids, pad_id)` against `lm_loss_reference` on right-padded batches."
+    "Check `lm_loss(logits, token_ids, pad_token_id)` against `lm_loss_reference` on right-padded batches."
     for seed, pad in enumerate(_LOSS_PAD_IDS):
-        logits, token_ids, pad_id = _loss_case(seed, pad_id=pad)
-        out = call_learner(lm_loss, logits.clone(), token_ids.clone(), pad_id,
-                           what=f"lm_loss(logits (3, 7, 11), token_ids (3, 7), pad_id={pad_id})",
+        logits, token_ids, pad_token_id = _loss_case(seed, pad_token_id=pad)
+        out = call_learner(lm_loss, logits.clone(), token_ids.clone(), pad_token_id,
+                           what=f"lm_loss(logits (3, 7, 11), token_ids (3, 7), pad_token_id={pad_token_id})",
                            hint="logits[:, :-1] is (B, T-1, V); flatten it to (B·(T-1), V) "
                                 "and the targets to (B·(T-1),).")
         if not isinstance(out, Tensor) or out.dim() != 0:
             raise AssertionError(f"lm_loss should return a scalar tensor, got {out!r:.80}")
-        expected = lm_loss_reference(logits, token_ids, pad_id)
-        unshifted = cross_entropy_loss(logits, token_ids.masked_fill(token_ids == pad_id, -100), ignore_index=-100)
+        expected = lm_loss_reference(logits, token_ids, pad_token_id)
+        unshifted = cross_entropy_loss(logits, token_ids.masked_fill(token_ids == pad_token_id, -100),
+                                       ignore_index=-100)
         with_pads = cross_entropy_loss(logits[:, :-1], token_ids[:, 1:])
         wrong_axis = -(torch.log_softmax(logits, dim=1)[:, :-1].gather(-1, token_ids[:, 1:, None]).squeeze(-1)
-                       * (token_ids[:, 1:] != pad_id)).sum() / (token_ids[:, 1:] != pad_id).sum()
+                       * (token_ids[:, 1:] != pad_token_id)).sum() / (token_ids[:, 1:] != pad_token_id).sum()
         zero_as_pad = cross_entropy_loss(logits[:, :-1], token_ids[:, 1:].masked_fill(token_ids[:, 1:] == 0, -100),
                                          ignore_index=-100)  # ignore_index=0 hard-coded
-        for wrong, hint in ((zero_as_pad, f"you left out the targets equal to 0, but here pad_id={pad_id} and 0 is a "
-                                          "real token: ignore the targets equal to the pad_id argument "
-                                          "(e.g. ignore_index=pad_id), do not hard-code 0"),
+        for wrong, hint in ((zero_as_pad, f"you left out the targets equal to 0, but here "
+                                          f"pad_token_id={pad_token_id} and 0 is a "
+                                          "real token: ignore the targets equal to the pad_token_id argument "
+                                          "(e.g. ignore_index=pad_token_id), do not hard-code 0"),
                             (unshifted, "the targets are not shifted: logits[:, t] must be scored against "
                                         "token_ids[:, t+1]"),
-                            (with_pads, "padded positions are counted: leave out targets equal to pad_id"),
+                            (with_pads, "padded positions are counted: leave out targets equal to pad_token_id"),
                             (wrong_axis, "the softmax runs over the wrong axis: normalise over the vocabulary "
                                          "(last axis)")):
             if (torch.allclose(out.detach().double(), wrong.double(), atol=1e-6)
@@ -189,24 +191,24 @@ def check_lr_schedule(lr_schedule) -> bool:
 
 # %% ../../nbs/checks/08_training.ipynb #86c4b308
 @known_wrong(check_lm_loss, "targets not shifted", hint="the targets are not shifted")
-def _loss_unshifted(logits, token_ids, pad_id):
+def _loss_unshifted(logits, token_ids, pad_token_id):
     "Wrong: position t scored against its own token."
-    return cross_entropy_loss(logits, token_ids.masked_fill(token_ids == pad_id, -100), ignore_index=-100)
+    return cross_entropy_loss(logits, token_ids.masked_fill(token_ids == pad_token_id, -100), ignore_index=-100)
 
 @known_wrong(check_lm_loss, "pads averaged in", hint="padded positions are counted")
-def _loss_with_pads(logits, token_ids, pad_id):
+def _loss_with_pads(logits, token_ids, pad_token_id):
     "Wrong: padded targets are averaged in."
     return cross_entropy_loss(logits[:, :-1], token_ids[:, 1:])
 
 @known_wrong(check_lm_loss, "ignore_index=0 hard-coded", hint="do not hard-code 0")
-def _loss_ignores_zero(logits, token_ids, pad_id):
-    "Wrong: ignore_index=0 hard-coded instead of pad_id."
+def _loss_ignores_zero(logits, token_ids, pad_token_id):
+    "Wrong: ignore_index=0 hard-coded instead of pad_token_id."
     return cross_entropy_loss(logits[:, :-1], token_ids[:, 1:], ignore_index=0)
 
 @known_wrong(check_lm_loss, "softmax over positions", hint="softmax runs over the wrong axis")
-def _loss_wrong_axis(logits, token_ids, pad_id):
+def _loss_wrong_axis(logits, token_ids, pad_token_id):
     "Wrong: log-softmax over the positions axis."
-    keep = token_ids[:, 1:] != pad_id
+    keep = token_ids[:, 1:] != pad_token_id
     nll = -torch.log_softmax(logits, dim=1)[:, :-1].gather(-1, token_ids[:, 1:, None]).squeeze(-1)
     return (nll * keep).sum() / keep.sum()
 

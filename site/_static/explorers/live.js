@@ -89,7 +89,7 @@
     function run(ids) {
       const job = queue.then(async () => {
         const C = info.context_length, T = ids.length, V = info.vocab_size, L = info.n_layers, Hh = info.n_heads;
-        const padded = new BigInt64Array(C).fill(BigInt(info.pad_id));
+        const padded = new BigInt64Array(C).fill(BigInt(info.pad_token_id));
         ids.forEach((id, i) => { padded[i] = BigInt(id); });
         const out = await session.run({ token_ids: new ort.Tensor("int64", padded, [1, C]) });
         const attention = new Float32Array(L * Hh * T * T), a = out.attention.data;
