@@ -39,7 +39,7 @@ METHODS = {"Greedy": ("generate", dict(temperature=0)),
 
 def prompts_and_humans(tok, n_prompts: int, prompt_chars: int, new_chars: int) -> tuple[list, list]:
     "`n_prompts` evenly spaced held-out passages: their first `prompt_chars` characters, and the passages themselves."
-    _, val_text = train_val_split(load_tinyshakespeare(), 0.9)
+    _, val_text = train_val_split(load_tinyshakespeare())
     starts = torch.linspace(0, len(val_text) - prompt_chars - new_chars - 1, n_prompts).long().tolist()
     return ([tok.encode(val_text[s:s + prompt_chars]) for s in starts],
             [tok.encode(val_text[s:s + prompt_chars + new_chars]) for s in starts])

@@ -77,8 +77,8 @@ def test_split_and_gpt2_counts():
 
 @pytest.mark.parametrize("frac", [0, 1, 1.5, -0.1])
 def test_bad_split_fraction(frac):
-    with pytest.raises(ValueError, match=f"train_fraction={frac}"):
-        data.train_val_split("abc", frac)
+    with pytest.raises(ValueError, match=f"val_fraction={frac}"):
+        data.train_val_split("abc", val_fraction=frac)
 
 
 @pytest.mark.parametrize("tokenizer", ["char", "gpt2"])

@@ -198,7 +198,7 @@ def _text_corpus(path: Path, tokenizer: str) -> tuple:
     text = path.read_text(encoding="utf-8")
     if not text: raise ValueError(f"the corpus {path} is empty")
     tok = CharTokenizer().train(text) if tokenizer == "char" else TiktokenGPT2()
-    texts = train_val_split(text, 0.9)
+    texts = train_val_split(text)
     train_ids, val_ids = (torch.tensor(tok.encode(s), dtype=torch.long) for s in texts)
     return tok, train_ids, val_ids, texts
 
@@ -226,7 +226,7 @@ def _load_corpus(data: str, tokenizer: str) -> tuple:
     path = Path(data)
     if data in DATASETS:
         tok, train_ids, val_ids = load_dataset(data, tokenizer)
-        texts = train_val_split(_DATASET_TEXT[data](), 0.9)  # the two texts `load_dataset` encoded
+        texts = train_val_split(_DATASET_TEXT[data]())  # the two texts `load_dataset` encoded
     elif path.is_dir():
         return _prepared_corpus(data, tokenizer)
     elif path.is_file():

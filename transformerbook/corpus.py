@@ -28,7 +28,8 @@ from tqdm.auto import tqdm
 
 from .data import END_OF_TEXT_ID, load_tinyshakespeare, train_val_split
 from .tokenization import CharTokenizer, TiktokenGPT2, tokenizer_from_dict
-from .validation import check_choice, check_positive_int, check_positive_ints, token_id_list
+from .validation import check_choice, check_in_interval, check_positive_int, check_positive_ints
+from .validation import token_id_list
 
 # %% auto #0
 __all__ = ['DATASETS', 'PREPARED_META', 'get_batch', 'pack_documents', 'load_dataset', 'prepare_data', 'load_prepared',
@@ -108,10 +109,10 @@ def load_dataset(name: str = "tinyshakespeare", # a name in `DATASETS`
     text = load_tinyshakespeare()
     if tokenizer == "char":
         tok = CharTokenizer().train(text)  # nanoGPT builds the 65-character vocabulary from the whole text
-        train_text, val_text = train_val_split(text, 0.9)
+        train_text, val_text = train_val_split(text)
     else:
         tok = TiktokenGPT2()
-        train_text, val_text = train_val_split(text, 0.9)  # split the text, then encode each part (nanoGPT)
+        train_text, val_text = train_val_split(text)  # split the text, then encode each part (nanoGPT)
     to_ids = lambda s: torch.tensor(tok.encode(s), dtype=torch.long)
     return tok, to_ids(train_text), to_ids(val_text)
 
@@ -221,7 +222,7 @@ def prepare_data(source: str | Path, # a UTF-8 text file or a folder of .txt fil
     check_choice("tokenizer", tokenizer, ("char", "gpt2"))
     if allow_special and tokenizer != "gpt2":
         raise ValueError(f"allow_special needs the gpt2 tokenizer (it has <|endoftext|>), not {tokenizer!r}")
-    if not 0 < val_fraction < 1: raise ValueError(f"val_fraction={val_fraction} must be in (0, 1)")
+    check_in_interval("val_fraction", val_fraction, "(0, 1)")
     source, out_dir = Path(source), Path(out_dir)
     files = _text_files(source)
     total = sum(f.stat().st_size for f in files)

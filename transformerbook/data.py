@@ -1,7 +1,7 @@
 """Where the book's real inputs come from, how they are verified and cached, and how to work offline.
 
 **In the package** (`transformerbook.data`): `load_tinyshakespeare()` returns the corpus as one `str`,
-`train_val_split(data, 0.9)` cuts any sequence the way nanoGPT does, and `gpt2_encoding()` builds tiktoken's GPT-2
+`train_val_split(data)` cuts any sequence the way nanoGPT does (the last 10% validates), and `gpt2_encoding()` builds tiktoken's GPT-2
 encoding from local files. Each file is an entry of `DATA_FILES` (a `DataFile` with its URL and SHA-256) and
 `data_path(name)` finds it: in the mirror named by `$TRANSFORMERBOOK_DATA`, else in `cache_dir()`, else by download,
 checked with `sha256_of` and `verify`. A file that is neither local nor downloadable raises `DataUnavailableError`
@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pooch
+
+from .validation import check_in_interval
 
 # %% auto #0
 __all__ = ['DATA_FILES', 'MIRROR_ENV', 'CACHE_ENV', 'GPT2_PAT_STR', 'END_OF_TEXT', 'END_OF_TEXT_ID', 'RESULTS_DIR', 'DataFile',
@@ -133,11 +135,14 @@ def load_tinyshakespeare() -> str:
     return data_path("tinyshakespeare.txt").read_text(encoding="utf-8")
 
 def train_val_split(data, # a string, list or tensor
-                    train_fraction: float=0.9, # share of `data` (from the start) used for training
+                    *,
+                    val_fraction: float = 0.1, # share of `data` (from the end) held out for validation
                    ) -> tuple: # (train, val)
-    "nanoGPT's split: the first `train_fraction` of `data` trains, the rest validates."
-    if not 0 < train_fraction < 1: raise ValueError(f"train_fraction={train_fraction} must be in (0, 1)")
-    n = int(len(data) * train_fraction)
+    """nanoGPT's split: the first 1 − val_fraction of `data` trains (90% by default), the rest validates. The share is
+    named, never positional (a training share of 0.9 in its place would hold out 90%). `ValueError` unless
+    0 < val_fraction < 1."""
+    check_in_interval("val_fraction", val_fraction, "(0, 1)")
+    n = int(len(data) * (1 - val_fraction))  # nanoGPT: int(n * 0.9); 1 - 0.1 is 0.9 exactly in float64
     return data[:n], data[n:]
 
 # %% ../nbs/00a_data.ipynb #9973e356
