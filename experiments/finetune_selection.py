@@ -55,7 +55,7 @@ def one_run(pretrained: GPT, task: dict, body: str, what: str, lr: float, seed: 
     test = accuracy_with_ci(classify(classifier, *task["test"][:2]), task["test"][2])
     return {"body": body, "train": what, "lr": lr, "seed": seed, "steps_run": len(losses),
             "best_step": stopper.best_step, "best_val_loss": stopper.best_val_loss, "val_accuracy": val_acc,
-            "val_curve": [[s, round(v, 5)] for s, v in zip(stopper.steps, stopper.val_losses)], **test}
+            "val_curve": [[s, round(v, 5)] for s, v in zip(stopper.steps, stopper.val_loss)], **test}
 
 
 def run(seeds=(0, 1), arms=ARMS, max_steps: int = 300, val_fraction: float = 0.3, lrs=None) -> dict:

@@ -301,7 +301,7 @@ def test_early_stopping_keeps_the_best_evaluation():
     losses = finetune_classifier(clf, x, pad, torch.tensor([0, 1] * 4), max_iters=500, learning_rate=1e-2,
                                  generator=torch.Generator().manual_seed(0), callback=stopper)
     assert len(losses) == stopper.steps[-1] < 500
-    assert stopper.best_val_loss == min(stopper.val_losses)
+    assert stopper.best_val_loss == min(stopper.val_loss)
     assert len(stopper.steps) - 1 - stopper.steps.index(stopper.best_step) == 3
     stopper.restore(clf)
     with torch.no_grad():

@@ -278,8 +278,8 @@ def finetune_classifier(classifier: SequenceClassifier,
 class EarlyStopping:
     """A `finetune_classifier` callback: every `eval_interval` steps the cross-entropy on the validation pieces, a
     copy of the parameters at the best one so far, and a stop after `patience` evaluations without a new best. After
-    training, `restore(classifier)` loads the best parameters. Raises `ValueError` for a bad eval_interval or
-    patience."""
+    training, `restore(classifier)` loads the best parameters; `steps` and `val_loss` list the evaluations, as
+    `TrainHistory`'s do. Raises `ValueError` for a bad eval_interval or patience."""
     def __init__(self, val: tuple, # (token_ids (N, T) int64, padding_mask (N, T) bool, labels (N,) int64)
                  eval_interval: int = 25, # steps between evaluations
                  patience: int = 4, # evaluations without a new best before stopping
@@ -287,7 +287,7 @@ class EarlyStopping:
         check_positive_int("eval_interval", eval_interval)
         check_positive_int("patience", patience)
         self.val, self.eval_interval, self.patience = val, eval_interval, patience
-        self.steps, self.val_losses, self.best_step, self.best_state = [], [], None, None
+        self.steps, self.val_loss, self.best_step, self.best_state = [], [], None, None
 
     @torch.no_grad()
     def __call__(self, step: int, classifier: SequenceClassifier) -> bool: # True: stop training
@@ -295,13 +295,13 @@ class EarlyStopping:
         with eval_mode(classifier):
             loss = F.cross_entropy(classifier(self.val[0], self.val[1]), self.val[2]).item()
         self.steps.append(step)
-        self.val_losses.append(loss)
+        self.val_loss.append(loss)
         if self.best_step is None or loss < self.best_val_loss:
             self.best_step, self.best_state = step, copy.deepcopy(classifier.state_dict())
         return len(self.steps) - 1 - self.steps.index(self.best_step) >= self.patience
 
     @property
-    def best_val_loss(self) -> float: return self.val_losses[self.steps.index(self.best_step)]
+    def best_val_loss(self) -> float: return self.val_loss[self.steps.index(self.best_step)]
 
     def restore(self, classifier: SequenceClassifier) -> SequenceClassifier:
         "Load the parameters of the best evaluation (in place); `ValueError` if nothing was evaluated yet."
