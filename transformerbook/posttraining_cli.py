@@ -168,7 +168,9 @@ def _chat_model(args) -> tuple:
     return model, chat_tok
 
 def _question(text: str, chat_tok: ChatTokenizer, context_length: int, what: str) -> list:
-    "One user turn; `ValueError` for text the tokenizer cannot write or that leaves the context no room for a reply."
+    """One user turn; `ValueError` for an empty text, one the tokenizer cannot write, or one that leaves the context no
+    room for a reply."""
+    if not text.strip(): raise ValueError(f"{what} is empty: ask a question")
     question = [{"role": "user", "content": text}]
     n = len(render_chat(question, chat_tok, add_generation_prompt=True)[0])
     if n >= context_length:
