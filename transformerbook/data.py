@@ -1,14 +1,14 @@
 """Where the book's real inputs come from, how they are verified and cached, and how to work offline.
 
 **In the package** (`transformerbook.data`): `load_tinyshakespeare()` returns the corpus as one `str`,
-`train_val_split(data)` cuts any sequence the way nanoGPT does (the last 10% validates), and `gpt2_encoding()` builds tiktoken's GPT-2
-encoding from local files. Each file is an entry of `DATA_FILES` (a `DataFile` with its URL and SHA-256) and
-`data_path(name)` finds it: in the mirror named by `$TRANSFORMERBOOK_DATA`, else in `cache_dir()`, else by download,
-checked with `sha256_of` and `verify`. A file that is neither local nor downloadable raises `DataUnavailableError`
-(the message says where to put it); a file with the wrong hash raises `ChecksumError`.
-`load_result(name)` reads the committed results of one of the book's long experiments (`make experiments`), which
-each build with `experiment_record(command, seeds, results)` (which adds `machine_record()`: where it ran) and write
-with `save_result(path, record)` (through `write_text_atomically`, so a killed run leaves the old results whole).
+`train_val_split(data)` cuts any sequence the way nanoGPT does (the last 10% validates), and `gpt2_encoding()` builds
+tiktoken's GPT-2 encoding from local files. Each file is an entry of `DATA_FILES` (a `DataFile` with its URL and
+SHA-256) and `data_path(name)` finds it: in the mirror named by `$TRANSFORMERBOOK_DATA`, else in `cache_dir()`, else
+by download, checked with `sha256_of` and `verify`. A file that is neither local nor downloadable raises
+`DataUnavailableError` (the message says where to put it); a file with the wrong hash raises `ChecksumError`.
+`load_result(name)` reads the committed results of one of the book's long experiments (`make experiments`), which each
+build with `experiment_record(command, seeds, results)` (which adds `machine_record()`: where it ran) and write with
+`save_result(path, record)` (through `write_text_atomically`, so a killed run leaves the old results whole).
 
 Docs: https://transformerbook.github.io/transformerbook/data.html.md"""
 
