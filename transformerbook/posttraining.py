@@ -160,7 +160,9 @@ def generate_reply(model: nn.Module, # a chat GPT
                    top_p: float | None = None, # sample within the nucleus of mass p (chapter 7); None = all
                    generator: torch.Generator | None = None,
                   ) -> list[list[int]]: # each reply's ids, up to and including <|end|> when it was produced
-    "Sample one assistant reply per conversation (batched, left-padded), stopping at the end-of-turn id."
+    """Sample one assistant reply per conversation (batched, left-padded) with chapter 7's `generate`, stopping at the
+    end-of-turn id. Raises what `generate` raises (e.g. `ValueError` for temperature < 0, top_k < 1 or top_p outside
+    (0, 1]) and what `render_chat` raises for a bad conversation."""
     prompts = [render_chat(m, tokenizer, add_generation_prompt=True)[0] for m in conversations]
     out = generate(model, prompts, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                    eos_token_id=tokenizer.end_id, generator=generator)  # (B, P + n), left-padded prompts
