@@ -459,6 +459,25 @@ def test_cli_chat_reads_one_question_per_line_until_an_empty_one(tmp_path, tiny_
     assert "top_p" in capsys.readouterr().err
 
 
+def test_chat_reads_a_terminal_through_input_with_a_prompt(monkeypatch):
+    "At a terminal `chat` reads with `input('> ')` (line editing, a visible prompt); Ctrl-D ends like an empty line."
+    import builtins
+    import io
+    import sys
+    from transformerbook.posttraining_cli import _read_line
+    tty = io.StringIO()
+    tty.isatty = lambda: True
+    monkeypatch.setattr(sys, "stdin", tty)
+    typed, prompts = iter(["  who says: Sir  "]), []
+
+    def fake_input(prompt):
+        prompts.append(prompt)
+        try: return next(typed)
+        except StopIteration: raise EOFError from None
+    monkeypatch.setattr(builtins, "input", fake_input)
+    assert (_read_line(), _read_line(), prompts) == ("who says: Sir", "", ["> ", "> "])
+
+
 # ---- the experiments ----
 
 def _load_experiment(name: str):
