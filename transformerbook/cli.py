@@ -1,12 +1,13 @@
 """`transformerbook train`, `sample` and `prepare`: train a GPT on TinyShakespeare or your own corpus with a progress
 bar and checkpoints, on one device or many processes, resume it, and generate text from a checkpoint.
 
-**In the package** (`transformerbook.cli`): `main(argv)` runs `transformerbook train`, `sample`, `prepare`, `doctor`
-or a later chapter's command and returns the exit status (0 on success, 2 for a usage or input error, 1 when training
-diverged or a process of a distributed job stopped, 130 when interrupted), printing any error as one line;
-`build_parser()` is its argparse parser, whose `--help` documents every option; `model_card(path, data)` and
-`write_model_card(path, data)` describe a checkpoint in Markdown (`MODEL_CARD_NAME`). `python -m transformerbook` is
-the same command, which is how `torchrun` launches it.
+**In the package** (`transformerbook.cli`): `main(argv)` runs `transformerbook train`, `sample`, `prepare`,
+`doctor` or a later chapter's command and returns the exit status (0 on success, 2 for a usage or input error, 1 when
+training diverged or a process of a distributed job stopped, 130 when interrupted), printing any error as one line;
+`build_parser()` is its argparse parser, whose `--help` documents every option (`add_sampling_options` adds the
+decoding options that `sample` and chapter 13's `chat` share); `model_card(path, data)` and `write_model_card(path,
+data)` describe a checkpoint in Markdown (`MODEL_CARD_NAME`). `python -m transformerbook` is the same command, which
+is how `torchrun` launches it.
 
 Docs: https://transformerbook.github.io/transformerbook/cli.html.md"""
 
@@ -39,7 +40,7 @@ from .training import TrainingDivergedError, check_batch_split, resolve_device, 
 from .training import train
 
 # %% auto #0
-__all__ = ['COMMANDS_GROUP', 'MODEL_CARD_NAME', 'build_parser', 'model_card', 'write_model_card', 'main']
+__all__ = ['COMMANDS_GROUP', 'MODEL_CARD_NAME', 'add_sampling_options', 'build_parser', 'model_card', 'write_model_card', 'main']
 
 # %% ../nbs/08a_cli.ipynb #9d3739ee
 class _Parser(argparse.ArgumentParser):
@@ -119,6 +120,15 @@ def _add_train_command(sub, model_cfg: GPTConfig, train_cfg: TrainConfig) -> Non
     _add_optimisation_options(t, train_cfg)
 
 # %% ../nbs/08a_cli.ipynb #956b400f
+def add_sampling_options(p: argparse.ArgumentParser) -> None:
+    """Add the decoding options of `sample` (and chapter 13's `chat`) to `p`: --temperature, --top-k, --top-p (chapter
+    7's `generate`, J&M eqs. 10.47 and 10.49), --seed and --device. `generate` checks their values."""
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 = greedy (default 1.0)")
+    p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
+    p.add_argument("--top-p", type=float, default=None, help="sample within the nucleus of probability mass p")
+    p.add_argument("--seed", type=int, default=1337, help="random seed (default 1337)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or mps; a checkpoint from any device loads")
+
 def _add_sample_command(sub) -> None:
     "Add the `sample` command to the sub-parsers `sub`."
     s = sub.add_parser("sample", help="generate text from a checkpoint",
@@ -129,11 +139,7 @@ def _add_sample_command(sub) -> None:
     s.add_argument("--latest", action="store_true", help="a run folder's latest state (ckpt.pt), not its best")
     s.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     s.add_argument("--max-new-tokens", type=int, default=200, help="number of tokens to generate (default 200)")
-    s.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 = greedy (default 1.0)")
-    s.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
-    s.add_argument("--top-p", type=float, default=None, help="sample within the nucleus of probability mass p")
-    s.add_argument("--seed", type=int, default=1337, help="random seed (default 1337)")
-    s.add_argument("--device", default="cpu", help="cpu (default), cuda or mps; a checkpoint from any device loads")
+    add_sampling_options(s)
 
 # %% ../nbs/08a_cli.ipynb #aa86b216
 def _add_prepare_command(sub) -> None:

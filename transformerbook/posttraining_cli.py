@@ -249,9 +249,6 @@ def add_chat_command(sub) -> None:
     p.add_argument("--prompt", default=None, help="the user's message, e.g. 'who says: Good morrow, sir' "
                                                   "(default: read one per line from the input)")
     p.add_argument("--max-new-tokens", type=int, default=40, help="a reply not ended by then is cut (default 40)")
-    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 = greedy (default 1.0)")
-    p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
-    p.add_argument("--top-p", type=float, default=None, help="sample within the nucleus of probability mass p")
-    p.add_argument("--seed", type=int, default=1337, help="random seed (default 1337)")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda or mps; a checkpoint from any device loads")
+    from transformerbook.cli import add_sampling_options
+    add_sampling_options(p)  # --temperature, --top-k, --top-p, --seed, --device, as `sample` has them
     p.set_defaults(run=_chat)
